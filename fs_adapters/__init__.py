@@ -1,0 +1,1 @@
+"""Filesystem bridges: PyFilesystem2, object stores, just-bash views."""

@@ -1,0 +1,49 @@
+"""little-workflow: durable workflows on any filesystem fsspec can reach."""
+
+from .errors import (
+    ArtifactHashMismatchError,
+    ArtifactManifestCorruptError,
+    ArtifactNotFoundError,
+    DocumentCorruptError,
+    EventLogCorruptError,
+    FatalError,
+    IdempotencyConflictError,
+    InputMismatchError,
+    LittleWorkflowError,
+    MissingExtraError,
+    ReplayDivergenceError,
+    RunLockedError,
+    RuntimeIntegrityError,
+    SchemaValidationError,
+    StepError,
+    StepFailedError,
+    StepTimeoutError,
+    UnknownWorkflowError,
+    UnsupportedSourceError,
+    WorkflowFailedError,
+    WorldPathError,
+)
+from .runtime.context import RunContext
+from .runtime.runner import (
+    areplay_run,
+    arun_workflow,
+    materialize_run_state,
+    replay_run,
+    run_workflow,
+)
+from .runtime.state import RunResult, RunState, StepState
+from .runtime.steps import Retry, StepInfo, current_step
+from .runtime.workflow import Workflow, workflow
+from .world import (
+    ArtifactManifest,
+    Event,
+    EventPayloadError,
+    World,
+    local_world,
+    tracing_world,
+    virtual_world,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [name for name in dir() if not name.startswith("_")]

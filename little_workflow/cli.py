@@ -1,0 +1,272 @@
+"""`little`: a thin shell over the public API. User mistakes print one line, exit 1."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+import little_workflow as lw
+
+from .world.verify import verify_world
+
+
+class UserError(click.ClickException):
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+def world_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @click.option("--data-dir", default=None, metavar="DIR",
+                  help="local_world data dir (default .little-workflow)")
+    @click.option("--world", "world_url", default=None, metavar="URL",
+                  help="virtual_world fsspec URL, e.g. memory://wf or file:///data/wf")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, data_dir: str | None, world_url: str | None, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        parent = ctx.find_root().params
+        data_dir = data_dir or parent.get("data_dir")
+        world_url = world_url or parent.get("world_url")
+        if data_dir and world_url:
+            raise UserError("give --data-dir or --world, not both")
+        return fn(*args, world=_open_world(data_dir, world_url), **kwargs)
+
+    return wrapper
+
+
+def _open_world(data_dir: str | None, world_url: str | None) -> Any:
+    if world_url:
+        if "://" not in world_url:
+            raise UserError(f"--world takes an fsspec URL like memory://wf, not {world_url!r}")
+        try:
+            return lw.virtual_world(world_url)
+        except (ValueError, ImportError, OSError) as e:
+            raise UserError(f"cannot open world {world_url}: {e}") from None
+    return lw.local_world(data_dir or ".little-workflow")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _dump(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--data-dir", default=None, metavar="DIR", help="local_world data dir")
+@click.option("--world", "world_url", default=None, metavar="URL", help="virtual_world URL")
+@click.version_option(lw.__version__, prog_name="little")
+def cli(data_dir: str | None, world_url: str | None) -> None:
+    """little-workflow: run, inspect, replay and verify durable workflows."""
+
+
+def _load_workflow(target: str) -> Any:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"expected MODULE:WORKFLOW, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as uvicorn does
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"cannot import module {module_name!r}: {e}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UserError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, lw.Workflow):
+        raise UserError(f"{target} is not a workflow (decorate it with @little_workflow.workflow)")
+    return obj
+
+
+@cli.command()
+@click.argument("target", metavar="MODULE:WORKFLOW")
+@click.option("--input", "input_json", default="null", help="the input, as JSON")
+@click.option("--run-id", default=None, help="run id (default: a new run_<uuid>)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@world_options
+def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: Any) -> None:
+    """Start (or resume) a run of MODULE:WORKFLOW."""
+    wf = _load_workflow(target)
+    try:
+        value = json.loads(input_json)
+    except ValueError as e:
+        raise UserError(f"--input is not valid JSON: {e}") from None
+    console = _console()
+    seen: list[str] = []
+
+    def on_call(name: str, args: tuple, kwargs: dict) -> None:
+        if name == "append_event" and len(args) >= 3 and args[1] == "step.succeeded":
+            seen.append(str(args[2].get("stepPath")))
+
+    traced = lw.tracing_world(world, on_call)
+    if as_json or not console.is_terminal:
+        result = lw.run_workflow(wf, value, world=traced, run_id=run_id)
+    else:
+        with console.status(f"running {wf.id}…") as status:
+            def progress(name: str, args: tuple, kwargs: dict) -> None:
+                on_call(name, args, kwargs)
+                if seen:
+                    status.update(f"running {wf.id}: {len(seen)} steps done, last {seen[-1]}")
+
+            traced = lw.tracing_world(world, progress)
+            result = lw.run_workflow(wf, value, world=traced, run_id=run_id)
+    if as_json:
+        _dump(result.to_json_dict())
+    else:
+        click.echo(f"{result.run_id} {result.status}")
+        click.echo(json.dumps(result.output, indent=2, ensure_ascii=False))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@world_options
+def runs(as_json: bool, world: Any) -> None:
+    """List runs with their status."""
+    rows = []
+    for run_id in world.list_runs():
+        state = lw.materialize_run_state(world, run_id)
+        rows.append({"runId": run_id, "workflowId": state.workflow_id, "status": state.status,
+                     "steps": len(state.steps), "events": state.event_count,
+                     "updatedAt": state.updated_at})
+    if as_json:
+        _dump(rows)
+        return
+    from rich.table import Table
+
+    table = Table("run id", "workflow", "status", "steps", "events", "updated")
+    for r in rows:
+        table.add_row(r["runId"], str(r["workflowId"]), r["status"], str(r["steps"]),
+                      str(r["events"]), str(r["updatedAt"]))
+    _console().print(table)
+
+
+def _require_run(world: Any, run_id: str) -> list[Any]:
+    events = world.list_events(run_id)
+    if not events:
+        raise UserError(f"no run {run_id} in {world.data_dir}")
+    return events
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@world_options
+def events(run_id: str, as_json: bool, world: Any) -> None:
+    """Show a run's event log."""
+    evs = _require_run(world, run_id)
+    if as_json:
+        _dump([e.to_json_dict() for e in evs])
+        return
+    from rich.table import Table
+
+    table = Table("seq", "type", "step / detail", "created")
+    for e in evs:
+        p = e.payload if isinstance(e.payload, dict) else {}
+        detail = p.get("stepPath") or p.get("name") or p.get("workflowId") or ""
+        table.add_row(str(e.sequence), e.type, str(detail), e.created_at)
+    _console().print(table)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@world_options
+def replay(run_id: str, as_json: bool, world: Any) -> None:
+    """Fold a run's events into its state (status, steps, output)."""
+    _require_run(world, run_id)
+    state = lw.materialize_run_state(world, run_id)
+    if as_json:
+        _dump(state.to_json_dict())
+        return
+    from rich.table import Table
+
+    click.echo(f"run {state.run_id}  workflow {state.workflow_id}  status {state.status}")
+    table = Table("step", "status", "attempts", "output")
+    for path, s in state.steps.items():
+        out = json.dumps(s.output, ensure_ascii=False)
+        table.add_row(path, s.status, str(s.attempts), out if len(out) < 60 else out[:57] + "…")
+    _console().print(table)
+    click.echo("output: " + json.dumps(state.output, ensure_ascii=False))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@world_options
+def artifacts(run_id: str, as_json: bool, world: Any) -> None:
+    """List a run's artifacts."""
+    lw.world.ids.validate_run_id(run_id)
+    manifests = world.list_artifacts(run_id)
+    if as_json:
+        _dump([m.to_json_dict() for m in manifests])
+        return
+    from rich.table import Table
+
+    table = Table("artifact", "step", "name", "encoding", "bytes")
+    for m in manifests:
+        table.add_row(m.artifact_ref, m.step_path, m.name, m.encoding, str(m.size_bytes))
+    _console().print(table)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@world_options
+def verify(as_json: bool, world: Any) -> None:
+    """Re-hash every artifact and check every run's log (exit 1 on any problem)."""
+    report = verify_world(world)
+    if as_json:
+        _dump(report.to_json_dict())
+    else:
+        click.echo(f"checked {report.runs_checked} runs, {report.events_checked} events, "
+                   f"{report.artifacts_checked} artifacts")
+        for where, problems in report.problems.items():
+            for p in problems:
+                click.echo(f"{where}: {p}")
+        click.echo("ok" if report.ok else f"{sum(map(len, report.problems.values()))} problems")
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--data-dir", "demo_dir", default=None, metavar="DIR")
+def demo(demo_dir: str | None) -> None:
+    """Kill a run with SIGKILL mid-flight, start it again, watch it continue."""
+    from .demo import run_demo
+
+    root = click.get_current_context().find_root().params
+    if root.get("world_url"):
+        raise UserError("the demo runs on the embedded local_world; use --data-dir")
+    outcome = run_demo(demo_dir or root.get("data_dir") or ".little-workflow", say=click.echo)
+    if outcome["recalled"]:
+        raise UserError(f"completed steps were called again: {outcome['recalled']}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="little", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except lw.LittleWorkflowError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except (json.JSONDecodeError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

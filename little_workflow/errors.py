@@ -1,0 +1,144 @@
+"""Typed errors. Each carries the identifiers a user needs to act on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LittleWorkflowError(Exception):
+    """Base class of every error raised by little-workflow."""
+
+
+class WorldPathError(LittleWorkflowError, ValueError):
+    """A run id, step path or storage path is malformed or would escape the data dir."""
+
+
+class IdempotencyConflictError(LittleWorkflowError):
+    """An idempotency key was reused with a different request."""
+
+    def __init__(self, run_id: str, key: str, existing_digest: str, new_digest: str):
+        self.run_id, self.key = run_id, key
+        self.existing_digest, self.new_digest = existing_digest, new_digest
+        super().__init__(
+            f"run {run_id}: idempotency key {key!r} was first used for request "
+            f"{existing_digest}, now for {new_digest}; use a new key for a new request"
+        )
+
+
+class RuntimeIntegrityError(LittleWorkflowError):
+    """Stored data failed a verification check."""
+
+
+class ArtifactNotFoundError(LittleWorkflowError, LookupError):
+    def __init__(self, ref: str, detail: str = ""):
+        self.ref = ref
+        super().__init__(f"artifact {ref} does not exist{': ' + detail if detail else ''}")
+
+
+class ArtifactHashMismatchError(RuntimeIntegrityError):
+    def __init__(self, ref: str, path: str, expected: str, actual: str):
+        self.ref, self.path, self.expected, self.actual = ref, path, expected, actual
+        super().__init__(
+            f"artifact {ref}: blob {path} hashes to {actual}, manifest says {expected}"
+        )
+
+
+class ArtifactManifestCorruptError(RuntimeIntegrityError):
+    def __init__(self, ref: str, path: str, problem: str):
+        self.ref, self.path, self.problem = ref, path, problem
+        super().__init__(f"artifact {ref}: manifest {path} is corrupt: {problem}")
+
+
+class EventLogCorruptError(RuntimeIntegrityError):
+    def __init__(self, run_id: str, where: str, problem: str):
+        self.run_id, self.where, self.problem = run_id, where, problem
+        super().__init__(f"run {run_id}: event log {where} is corrupt: {problem}")
+
+
+class DocumentCorruptError(RuntimeIntegrityError):
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path} is corrupt: {problem}")
+
+
+class RunLockedError(LittleWorkflowError):
+    def __init__(self, run_id: str, owner_pid: int | None = None, detail: str = ""):
+        self.run_id, self.owner_pid = run_id, owner_pid
+        owner = f"process {owner_pid}" if owner_pid is not None else "another caller"
+        super().__init__(
+            f"run {run_id} is already running in {owner}{detail}; wait for it to finish"
+        )
+
+
+class SchemaValidationError(LittleWorkflowError, ValueError):
+    def __init__(self, what: str, message: str, path: str = ""):
+        self.what, self.message, self.json_path = what, message, path
+        where = f" at {path}" if path else ""
+        super().__init__(f"{what} does not match its schema{where}: {message}")
+
+
+class InputMismatchError(LittleWorkflowError):
+    def __init__(self, run_id: str, stored_hash: str, new_hash: str):
+        self.run_id, self.stored_hash, self.new_hash = run_id, stored_hash, new_hash
+        super().__init__(
+            f"run {run_id} was created with input {stored_hash}, not {new_hash}; "
+            "use a new run id for a new input"
+        )
+
+
+class WorkflowFailedError(LittleWorkflowError):
+    def __init__(self, run_id: str, cause: BaseException | None, error: dict[str, Any]):
+        self.run_id, self.cause, self.error = run_id, cause, error
+        self.__cause__ = cause
+        super().__init__(f"run {run_id} failed: {error.get('type')}: {error.get('message')}")
+
+
+class FatalError(LittleWorkflowError):
+    """Raise from a step to fail it at once, without retries."""
+
+
+class StepError(LittleWorkflowError):
+    """A step could not be executed as asked (bad path, reused path, bad output)."""
+
+    def __init__(self, run_id: str, step_path: str, message: str):
+        self.run_id, self.step_path = run_id, step_path
+        super().__init__(f"run {run_id}, step {step_path!r}: {message}")
+
+
+class StepFailedError(LittleWorkflowError):
+    """A step failed after its last attempt (or on a recorded failure during replay)."""
+
+    def __init__(self, run_id: str, step_path: str, error: dict[str, Any]):
+        self.run_id, self.step_path, self.error = run_id, step_path, error
+        super().__init__(
+            f"run {run_id}, step {step_path!r} failed: {error.get('type')}: {error.get('message')}"
+        )
+
+
+class StepTimeoutError(LittleWorkflowError, TimeoutError):
+    def __init__(self, step_path: str, seconds: float):
+        self.step_path, self.seconds = step_path, seconds
+        super().__init__(f"step {step_path!r} timed out after {seconds} s")
+
+
+class ReplayDivergenceError(LittleWorkflowError):
+    def __init__(self, run_id: str, step_path: str, message: str):
+        self.run_id, self.step_path = run_id, step_path
+        super().__init__(f"replay of run {run_id} diverged at step {step_path!r}: {message}")
+
+
+class UnknownWorkflowError(LittleWorkflowError, LookupError):
+    def __init__(self, name: str, available: list[str]):
+        self.name, self.available = name, available
+        super().__init__(
+            f"no workflow named {name!r}; available: {', '.join(sorted(available)) or '(none)'}"
+        )
+
+
+class UnsupportedSourceError(LittleWorkflowError, ValueError):
+    """A skill folder source that this World cannot mount."""
+
+
+class MissingExtraError(LittleWorkflowError, ImportError):
+    def __init__(self, feature: str, extra: str):
+        super().__init__(f"{feature} needs the '{extra}' extra: pip install 'little-workflow[{extra}]'")

@@ -1,0 +1,1 @@
+"""Workflows, steps, scheduling, replay, outer loops, pipelines and memory."""

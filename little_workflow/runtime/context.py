@@ -1,0 +1,335 @@
+"""RunContext: what a workflow function gets. Steps, parallel groups, replay checks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Literal
+
+from ..errors import (
+    FatalError,
+    ReplayDivergenceError,
+    StepError,
+    StepFailedError,
+    StepTimeoutError,
+)
+from ..world.core import World
+from ..world.ids import canonical_json, validate_step_path
+from ..world.models import Event, thaw
+from .state import RunLog, StepRecord
+from .steps import NO_RETRY, Retry, StepInfo, call_step_fn, error_record, set_current
+from .values import to_json_value
+
+#: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
+INLINE_OUTPUT_LIMIT = 64 * 1024
+
+Mode = Literal["execute", "replay"]
+
+
+@dataclass
+class _Group:
+    floor: int
+    highest: int = 0
+
+
+_group: contextvars.ContextVar[_Group | None] = contextvars.ContextVar("lw_group", default=None)
+
+# World-wide step slots: one asyncio.Semaphore per (World, event loop).
+_slots: "weakref.WeakKeyDictionary[Any, dict[Any, asyncio.Semaphore]]" = weakref.WeakKeyDictionary()
+_slots_guard = threading.Lock()
+
+
+def _world_slots(world: Any) -> asyncio.Semaphore | None:
+    cap = world.max_concurrent_steps
+    if not cap:
+        return None
+    base = getattr(world, "wrapped", world)
+    loop = asyncio.get_running_loop()
+    with _slots_guard:
+        per_loop = _slots.setdefault(base, {})
+        sem = per_loop.get(loop)
+        if sem is None:
+            sem = per_loop[loop] = asyncio.Semaphore(cap)
+        return sem
+
+
+class RunContext:
+    """Handed to the workflow function: `await ctx.step(...)`, `await ctx.parallel(...)`."""
+
+    def __init__(
+        self,
+        *,
+        world: World,
+        workflow: Any,
+        run_id: str,
+        input: Any,
+        log: RunLog,
+        mode: Mode = "execute",
+        pipeline: Any = None,
+    ):
+        self.world = world
+        self.workflow = workflow
+        self.run_id = run_id
+        self.input = input
+        self.log = log
+        self.mode = mode
+        self.pipeline = pipeline
+        self._claimed: set[str] = set()
+        self._floor = 0
+        self._log_lock = threading.Lock()
+        self._memory: Any = None
+        self._plans: Any = None
+
+    @property
+    def workflow_id(self) -> str:
+        return self.workflow.id
+
+    @property
+    def replaying(self) -> bool:
+        return self.mode == "replay"
+
+    # ---- appends --------------------------------------------------------------------
+
+    def append_sync(
+        self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
+    ) -> Event:
+        event = self.world.append_event(
+            self.run_id, type_, payload, idempotency_key=idempotency_key, durable=durable
+        )
+        with self._log_lock:
+            self.log.apply(event)
+        return event
+
+    async def append(
+        self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
+    ) -> Event:
+        if durable and self.world.blocking:
+            # fsync or a network round trip: keep the event loop free for sibling steps.
+            return await asyncio.to_thread(
+                self.append_sync, type_, payload, idempotency_key=idempotency_key, durable=durable
+            )
+        return self.append_sync(type_, payload, idempotency_key=idempotency_key, durable=durable)
+
+    # ---- paths ----------------------------------------------------------------------
+
+    def _claim(self, path: str) -> None:
+        validate_step_path(path)
+        if path in self._claimed:
+            raise StepError(self.run_id, path, "this step path is already used in this run; "
+                            "step paths must be unique")
+        self._claimed.add(path)
+
+    def scratch_fs(self, parts: tuple[str, ...]) -> Any:
+        from fsspec.implementations.dirfs import DirFileSystem
+
+        path = self.world.path("runs", self.run_id, *parts)
+        self.world.publisher.ensure_dir(path)
+        return DirFileSystem(path=path, fs=self.world.files)
+
+    @property
+    def scratch(self) -> Any:
+        """The run's scratch folder (`runs/<runId>/scratch/`) as an fsspec filesystem."""
+        return self.scratch_fs(("scratch",))
+
+    # ---- steps ----------------------------------------------------------------------
+
+    async def step(
+        self,
+        path: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run `fn(*args)` once, durably: a committed result is served from the log."""
+        self._claim(path)
+        if not callable(fn):
+            raise StepError(self.run_id, path, f"{fn!r} is not callable")
+        rec = self.log.steps.get(path)
+        if self.mode == "replay":
+            return self._replayed(path, rec)
+        if rec is not None and rec.status != "running":
+            return self._served(rec)
+        return await self._execute(path, fn, args, retry or NO_RETRY, timeout, rec)
+
+    def _served(self, rec: StepRecord) -> Any:
+        if rec.status == "failed":
+            raise StepFailedError(self.run_id, rec.path, thaw(rec.error) or {})
+        if rec.output_ref:
+            return self.world.read_artifact(rec.output_ref)
+        return thaw(rec.output)
+
+    def _replayed(self, path: str, rec: StepRecord | None) -> Any:
+        if rec is None or rec.status == "running":
+            raise ReplayDivergenceError(
+                self.run_id, path, "the code asks for a step the log holds no finished record of"
+            )
+        group = _group.get()
+        floor = group.floor if group is not None else self._floor
+        if rec.first_sequence <= floor:
+            raise ReplayDivergenceError(
+                self.run_id, path, "the code asks for this step in another order than the log"
+            )
+        if group is not None:
+            group.highest = max(group.highest, rec.first_sequence)
+        else:
+            self._floor = rec.first_sequence
+        return self._served(rec)
+
+    async def _execute(
+        self,
+        path: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        policy: Retry,
+        timeout: float | None,
+        rec: StepRecord | None,
+    ) -> Any:
+        attempt = rec.attempts if rec else 0
+        failures = rec.failures if rec else 0
+        threaded = timeout is not None or _group.get() is not None
+        slots = _world_slots(self.world)
+        while True:
+            attempt += 1
+            # Not fsynced on its own: the step's success (or the next durable event) makes
+            # it durable; losing it in a power cut only forgets an attempt number.
+            await self.append("step.started", {"stepPath": path, "attempt": attempt}, durable=False)
+            token = set_current(StepInfo(run_id=self.run_id, step_path=path, attempt=attempt, _ctx=self))
+            try:
+                if slots is not None:
+                    async with slots:
+                        result = await self._invoke(path, fn, args, timeout, threaded)
+                else:
+                    result = await self._invoke(path, fn, args, timeout, threaded)
+                value = to_json_value(result, self.run_id, path)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                failures += 1
+                fatal = isinstance(e, (FatalError, StepError))
+                will_retry = not fatal and failures < policy.max_attempts
+                await self.append(
+                    "step.failed",
+                    {"stepPath": path, "attempt": attempt, "error": error_record(e),
+                     "willRetry": will_retry},
+                )
+                if will_retry:
+                    await asyncio.sleep(policy.delay(failures))
+                    continue
+                raise StepFailedError(self.run_id, path, error_record(e)) from e
+            finally:
+                set_current_reset(token)
+            payload: dict[str, Any] = {"stepPath": path, "attempt": attempt}
+            encoded_size = len(canonical_json(value)) if not _is_small_scalar(value) else 0
+            if encoded_size > INLINE_OUTPUT_LIMIT:
+                manifest = await self._blocking(
+                    self.world.write_artifact, self.run_id, path, "output", value
+                )
+                payload["outputRef"] = manifest.artifact_ref
+            else:
+                payload["output"] = value
+            await self.append("step.succeeded", payload)
+            return thaw(value)
+
+    async def _invoke(
+        self, path: str, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None,
+        threaded: bool,
+    ) -> Any:
+        if timeout is None:
+            return await call_step_fn(fn, args, threaded=threaded)
+        try:
+            return await asyncio.wait_for(call_step_fn(fn, args, threaded=True), timeout)
+        except TimeoutError:
+            raise StepTimeoutError(path, timeout) from None
+
+    async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.world.blocking:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def parallel(
+        self,
+        path: str,
+        callables: Iterable[Callable[[], Any]],
+        max_concurrency: int | None = None,
+    ) -> list[Any]:
+        """Run each zero-argument callable as durable step `path/<index>`; results in
+        input order. A failing child cancels its siblings. The group takes no step slot."""
+        self._claim(path)
+        children = list(callables)
+        if max_concurrency is not None and max_concurrency < 1:
+            raise StepError(self.run_id, path, "max_concurrency must be at least 1")
+        group_slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        results: list[Any] = [None] * len(children)
+
+        async def child(i: int, fn: Callable[[], Any]) -> None:
+            child_path = f"{path}/{i}"
+            rec = self.log.steps.get(child_path)
+            if group_slots is None or (rec is not None and rec.status != "running"):
+                results[i] = await self.step(child_path, fn)
+                return
+            async with group_slots:
+                results[i] = await self.step(child_path, fn)
+
+        group = _Group(floor=self._floor)
+        token = _group.set(group)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for i, fn in enumerate(children):
+                    tg.create_task(child(i, fn))
+        except BaseExceptionGroup as eg:
+            raise _first_leaf(eg) from None
+        finally:
+            _group.reset(token)
+        if self.mode == "replay" and group.highest:
+            self._floor = max(self._floor, group.highest)
+        return results
+
+    # ---- features built on top (memory, plans, pipelines, bash) -----------------------
+
+    @property
+    def memory(self) -> Any:
+        if self._memory is None:
+            from .memory import RunMemory
+
+            self._memory = RunMemory(self)
+        return self._memory
+
+    @property
+    def plans(self) -> Any:
+        if self._plans is None:
+            from .plans import Plans
+
+            self._plans = Plans(self)
+        return self._plans
+
+    async def call_workflow(self, name: str, input: Any) -> Any:
+        from .pipeline import call_workflow
+
+        return await call_workflow(self, name, input)
+
+    async def bash(self, path: str, script: str, **options: Any) -> Any:
+        from .bash_steps import run_bash_step
+
+        return await run_bash_step(self, path, script, **options)
+
+
+def set_current_reset(token: contextvars.Token[Any]) -> None:
+    from .steps import _current
+
+    _current.reset(token)
+
+
+def _is_small_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float))
+
+
+def _first_leaf(eg: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = eg
+    while isinstance(exc, BaseExceptionGroup):
+        non_cancel = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        exc = (non_cancel or list(exc.exceptions))[0]
+    return exc

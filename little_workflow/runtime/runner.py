@@ -1,0 +1,223 @@
+"""Starting, resuming and replaying runs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Callable, Coroutine, TypeVar
+
+from ..errors import (
+    InputMismatchError,
+    LittleWorkflowError,
+    ReplayDivergenceError,
+    SchemaValidationError,
+    WorkflowFailedError,
+)
+from ..world.core import World, frozen_json
+from ..world.ids import content_hash, new_run_id, validate_run_id
+from ..world.models import thaw
+from ..world.ids import canonical_json
+from .context import INLINE_OUTPUT_LIMIT, RunContext
+from .state import RunLog, RunResult, RunState, materialize
+from .steps import error_record
+from .workflow import Workflow
+
+T = TypeVar("T")
+
+
+class WorkflowMismatchError(InputMismatchError):
+    def __init__(self, run_id: str, stored: str, asked: str):
+        LittleWorkflowError.__init__(
+            self, f"run {run_id} belongs to workflow {stored!r}, not {asked!r}"
+        )
+        self.run_id, self.stored_hash, self.new_hash = run_id, stored, asked
+
+
+def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from sync code — also inside a running event loop
+    (a notebook cell), where it runs on a private loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(factory())
+        except BaseException as e:  # handed back to the caller's thread below
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="little-workflow-run", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _input_json(wf: Workflow, input: Any, run_id: str) -> Any:
+    try:
+        from pydantic import BaseModel
+
+        if isinstance(input, BaseModel):
+            input = input.model_dump(mode="json")
+        frozen = frozen_json(input, "input")
+    except TypeError as e:
+        raise SchemaValidationError(f"input of run {run_id}", f"not JSON ({e})") from None
+    value = thaw(frozen)
+    wf.validate_input(value)
+    return value
+
+
+def _world_or_default(world: Any) -> Any:
+    if world is not None:
+        return world
+    from ..world import default_world
+
+    return default_world()
+
+
+async def _io(world: Any, fn: Callable[..., T], *args: Any) -> T:
+    if world.blocking:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
+
+
+def register_version(world: Any, wf: Workflow) -> None:
+    key = ("workflow-version", wf.version_id)
+    if key in world.state.resources:
+        return
+    world.write_document_once(f"workflow-versions/{wf.version_id}.json", wf.version_record())
+    world.state.resources[key] = True
+
+
+async def arun_workflow(
+    wf: Workflow,
+    input: Any = None,
+    *,
+    world: Any = None,
+    run_id: str | None = None,
+    max_outer_cycles: int | None = None,
+    supervise: Callable[..., Any] | None = None,
+    outer_loop_id: str | None = None,
+    _pipeline: Any = None,
+) -> RunResult:
+    """Start or resume a run (coroutine form of `run_workflow`)."""
+    if not isinstance(wf, Workflow):
+        raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
+    if max_outer_cycles is not None or supervise is not None or outer_loop_id is not None:
+        from .outer_loop import arun_outer_loop
+
+        return await arun_outer_loop(
+            wf, input, world=_world_or_default(world), max_outer_cycles=max_outer_cycles,
+            supervise=supervise, outer_loop_id=outer_loop_id,
+        )
+    run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
+    value = _input_json(wf, input, run_id)
+    world = _world_or_default(world)
+    with world.run_lock(run_id):
+        return await _run_locked(world, wf, value, run_id, _pipeline)
+
+
+async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any) -> RunResult:
+    events = await _io(world, world.list_events, run_id)
+    log = RunLog.fold(run_id, events)
+    input_hash = content_hash(input)
+    if log.created is not None:
+        if log.created.get("workflowId") != wf.id:
+            raise WorkflowMismatchError(run_id, str(log.created.get("workflowId")), wf.id)
+        if log.created.get("inputHash") != input_hash:
+            raise InputMismatchError(run_id, str(log.created.get("inputHash")), input_hash)
+        if log.status == "completed":
+            return _result(world, log, wf)
+        if log.status == "failed":
+            raise WorkflowFailedError(run_id, None, thaw(log.error) or {})
+    ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
+                     pipeline=pipeline)
+    if log.created is None:
+        await _io(world, register_version, world, wf)
+        await ctx.append("run.created", {
+            "workflowId": wf.id, "workflowVersionId": wf.version_id,
+            "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
+        })
+    await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
+    try:
+        output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
+        wf.validate_output(output)
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+        raise  # not a failure of the run: it stays unfinished and resumable
+    except Exception as e:
+        await ctx.append("run.failed", {"error": error_record(e)})
+        raise WorkflowFailedError(run_id, e, error_record(e)) from e
+    payload: dict[str, Any] = {}
+    if output is not None and len(canonical_json(output)) > INLINE_OUTPUT_LIMIT:
+        manifest = await _io(world, world.write_artifact, run_id, "", "run-output", output)
+        payload["outputRef"] = manifest.artifact_ref
+    else:
+        payload["output"] = output
+    await ctx.append("run.completed", payload)
+    return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+
+
+def to_output_json(value: Any, run_id: str) -> Any:
+    from .values import to_json_value
+
+    return thaw(to_json_value(value, run_id, "(workflow output)"))
+
+
+def _result(world: Any, log: RunLog, wf: Workflow | None) -> RunResult:
+    output = world.read_artifact(log.output_ref) if log.output_ref else thaw(log.output)
+    created = log.created or {}
+    return RunResult(
+        run_id=log.run_id, status=log.status, output=output,
+        workflow_id=created.get("workflowId") or (wf.id if wf else None),
+    )
+
+
+def run_workflow(wf: Workflow, input: Any = None, **kwargs: Any) -> RunResult:
+    """Start or resume a run and wait for it. Works in plain scripts and inside a running
+    event loop (a notebook cell). See `arun_workflow` for the keyword arguments."""
+    return run_sync(lambda: arun_workflow(wf, input, **kwargs))
+
+
+def materialize_run_state(world: Any, run_id: str) -> RunState:
+    """Fold a run's events into its state (status, steps, output)."""
+    validate_run_id(run_id)
+    events = world.list_events(run_id)
+    return materialize(RunLog.fold(run_id, events), world.read_artifact)
+
+
+async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
+    validate_run_id(run_id)
+    events = await _io(world, world.list_events, run_id)
+    log = RunLog.fold(run_id, events)
+    if log.created is None:
+        raise ReplayDivergenceError(run_id, "-", "the log holds no run.created event")
+    ctx = RunContext(world=world, workflow=wf, run_id=run_id,
+                     input=thaw(log.created.get("input")), log=log, mode="replay")
+    try:
+        output = await wf.fn(ctx, thaw(log.created.get("input")))
+    except ReplayDivergenceError:
+        raise
+    except Exception:
+        return RunResult(run_id=run_id, status="failed", output=None, workflow_id=wf.id)
+    return RunResult(run_id=run_id, status="completed", output=to_output_json(output, run_id),
+                     workflow_id=wf.id)
+
+
+def replay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
+    """Re-execute `wf` against the run's log, calling no step. Raises
+    `ReplayDivergenceError` when the code asks for steps the log does not hold, or in
+    another order — the way to check a code change against old runs."""
+    return run_sync(lambda: areplay_run(world, run_id, wf))
+
+
+__all__ = [
+    "World",
+    "arun_workflow",
+    "areplay_run",
+    "materialize_run_state",
+    "replay_run",
+    "run_workflow",
+]

@@ -1,0 +1,179 @@
+"""Folding a run's events into its state — one fold shared by resume, replay and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from ..world.models import Event, thaw
+
+RunStatus = Literal["pending", "running", "completed", "failed", "unknown"]
+
+
+@dataclass
+class StepRecord:
+    path: str
+    first_sequence: int
+    attempts: int = 0
+    failures: int = 0
+    status: str = "running"  # running | succeeded | failed
+    output: Any = None
+    output_ref: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass
+class RunLog:
+    """What the committed events say about a run."""
+
+    run_id: str
+    events: list[Event] = field(default_factory=list)
+    created: dict[str, Any] | None = None
+    status: RunStatus = "unknown"
+    output: Any = None
+    output_ref: str | None = None
+    error: dict[str, Any] | None = None
+    starts: int = 0
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    harness_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # callKey -> payload
+    sub_runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # call path -> info
+    plans_reused: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_sequence: int = 0
+
+    @classmethod
+    def fold(cls, run_id: str, events: list[Event]) -> "RunLog":
+        log = cls(run_id=run_id)
+        for e in events:
+            log.apply(e)
+        return log
+
+    def apply(self, e: Event) -> None:
+        self.events.append(e)
+        self.last_sequence = e.sequence
+        p = e.payload if isinstance(e.payload, dict) else {}
+        t = e.type
+        if t == "run.created":
+            self.created = p
+            self.status = "pending"
+        elif t == "run.started":
+            self.starts += 1
+            self.status = "running"
+        elif t == "run.completed":
+            self.status = "completed"
+            self.output = p.get("output")
+            self.output_ref = p.get("outputRef")
+        elif t == "run.failed":
+            self.status = "failed"
+            self.error = p.get("error")
+        elif t.startswith("step."):
+            path = p.get("stepPath")
+            if not isinstance(path, str):
+                return
+            rec = self.steps.get(path)
+            if rec is None:
+                rec = self.steps[path] = StepRecord(path=path, first_sequence=e.sequence)
+            if t == "step.started":
+                rec.attempts += 1
+                if rec.status != "succeeded":
+                    rec.status = "running"
+            elif t == "step.succeeded":
+                rec.status = "succeeded"
+                rec.output = p.get("output")
+                rec.output_ref = p.get("outputRef")
+            elif t == "step.failed":
+                rec.failures += 1
+                rec.error = p.get("error")
+                rec.status = "running" if p.get("willRetry") else "failed"
+        elif t.startswith("harness.") and t.endswith(".succeeded"):
+            key = p.get("callKey")
+            if isinstance(key, str):
+                self.harness_results[key] = p
+            call_path = p.get("callPath")
+            if t == "harness.tool_call.succeeded" and isinstance(call_path, str):
+                self.sub_runs.setdefault(call_path, {}).update(status="succeeded", result=p.get("result"))
+        elif t == "harness.tool_call.started":
+            call_path = p.get("callPath")
+            args = p.get("args") if isinstance(p.get("args"), dict) else {}
+            if isinstance(call_path, str) and "subRunId" in args:
+                self.sub_runs.setdefault(call_path, {}).update(
+                    subRunId=args["subRunId"], status="started", name=p.get("name")
+                )
+        elif t == "plan.reused":
+            name = p.get("name")
+            if isinstance(name, str):
+                self.plans_reused[name] = p
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class StepState(_Model):
+    step_path: str
+    status: str
+    attempts: int
+    output: Any = None
+    output_ref: str | None = None
+    error: dict[str, Any] | None = None
+
+
+class RunState(_Model):
+    run_id: str
+    status: RunStatus
+    workflow_id: str | None = None
+    workflow_version_id: str | None = None
+    input: Any = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+    steps: dict[str, StepState] = {}
+    event_count: int = 0
+    last_sequence: int = 0
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class RunResult(_Model):
+    run_id: str
+    status: str
+    output: Any = None
+    workflow_id: str | None = None
+    outer_loop_id: str | None = None
+    result_kind: str | None = None
+    cycles: list[dict[str, Any]] | None = None
+
+
+def materialize(log: RunLog, read_artifact: Any) -> RunState:
+    def resolve(value: Any, ref: str | None) -> Any:
+        return read_artifact(ref) if ref else thaw(value)
+
+    created = log.created or {}
+    return RunState(
+        run_id=log.run_id,
+        status=log.status,
+        workflow_id=created.get("workflowId"),
+        workflow_version_id=created.get("workflowVersionId"),
+        input=thaw(created.get("input")),
+        output=resolve(log.output, log.output_ref),
+        error=thaw(log.error),
+        steps={
+            path: StepState(
+                step_path=path,
+                status=rec.status,
+                attempts=rec.attempts,
+                output=resolve(rec.output, rec.output_ref) if rec.status == "succeeded" else None,
+                output_ref=rec.output_ref,
+                error=thaw(rec.error),
+            )
+            for path, rec in log.steps.items()
+        },
+        event_count=len(log.events),
+        last_sequence=log.last_sequence,
+        created_at=log.events[0].created_at if log.events else None,
+        updated_at=log.events[-1].created_at if log.events else None,
+    )

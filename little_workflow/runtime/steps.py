@@ -1,0 +1,162 @@
+"""Step policy and the per-step view: retries, current_step(), scratch folders,
+harness (model/tool) calls recorded so a retried step never repeats a finished call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import LittleWorkflowError
+from ..world.ids import canonical_json, request_digest, sha256_hex
+
+if TYPE_CHECKING:
+    from .context import RunContext
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retry a failing step. `backoff` is the first delay in seconds (doubled each time,
+    up to `max_backoff`, with ±`jitter` fraction) or a function attempt -> seconds."""
+
+    max_attempts: int = 3
+    backoff: float | Callable[[int], float] = 0.1
+    multiplier: float = 2.0
+    max_backoff: float = 30.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("Retry.max_attempts must be at least 1")
+
+    def delay(self, failed_attempt: int) -> float:
+        if callable(self.backoff):
+            return max(0.0, float(self.backoff(failed_attempt)))
+        base = min(self.backoff * self.multiplier ** (failed_attempt - 1), self.max_backoff)
+        return max(0.0, base * (1 + random.uniform(-self.jitter, self.jitter)))
+
+
+NO_RETRY = Retry(max_attempts=1)
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+class NotInStepError(LittleWorkflowError, RuntimeError):
+    pass
+
+
+@dataclass
+class StepInfo:
+    """What `lw.current_step()` returns inside a step function."""
+
+    run_id: str
+    step_path: str
+    attempt: int
+    _ctx: "RunContext" = field(repr=False)
+    _call_index: int = field(default=0, repr=False)
+    _scratch: Any = field(default=None, repr=False)
+
+    @property
+    def world(self) -> Any:
+        return self._ctx.world
+
+    @property
+    def scratch(self) -> Any:
+        """This step's scratch folder as an fsspec filesystem rooted there."""
+        if self._scratch is None:
+            self._scratch = self._ctx.scratch_fs(("steps", *self.step_path.split("/"), "scratch"))
+        return self._scratch
+
+    def _call_key(self, kind: str, name: str, request: Any) -> tuple[str, int, str]:
+        index = self._call_index
+        self._call_index += 1
+        digest = request_digest(f"{kind}:{name}", request)
+        key = "hc_" + sha256_hex(
+            canonical_json(
+                {"runId": self.run_id, "stepPath": self.step_path, "kind": kind,
+                 "index": index, "requestDigest": digest}
+            )
+        )[:32]
+        return key, index, digest
+
+    def call_model(self, name: str, fn: Callable[[Any], Any], request: Any) -> Any:
+        """Call a model through `fn(request)`, journaled as harness.model_call.*."""
+        return self._harness_call("model_call", name, fn, request)
+
+    def call_tool(self, name: str, fn: Callable[[Any], Any], args: Any) -> Any:
+        """Call a tool through `fn(args)`, journaled as harness.tool_call.*."""
+        return self._harness_call("tool_call", name, fn, args)
+
+    def _harness_call(self, kind: str, name: str, fn: Callable[[Any], Any], request: Any) -> Any:
+        key, index, _ = self._call_key(kind, name, request)
+        ctx = self._ctx
+        recorded = ctx.log.harness_results.get(key)
+        base = {"stepPath": self.step_path, "name": name, "index": index, "callKey": key}
+        if inspect.iscoroutinefunction(fn):
+            async def run_async() -> Any:
+                if recorded is not None:
+                    return recorded.get("result")
+                ctx.append_sync(f"harness.{kind}.started", {**base, "request": request},
+                                idempotency_key=key + ":started", durable=False)
+                try:
+                    result = await fn(request)
+                except BaseException as e:
+                    ctx.append_sync(f"harness.{kind}.failed", {**base, "error": error_record(e)})
+                    raise
+                return self._record_result(kind, key, base, result)
+
+            return run_async()
+        if recorded is not None:
+            return recorded.get("result")
+        ctx.append_sync(f"harness.{kind}.started", {**base, "request": request},
+                        idempotency_key=key + ":started", durable=False)
+        try:
+            result = fn(request)
+        except BaseException as e:
+            ctx.append_sync(f"harness.{kind}.failed", {**base, "error": error_record(e)})
+            raise
+        return self._record_result(kind, key, base, result)
+
+    def _record_result(self, kind: str, key: str, base: dict[str, Any], result: Any) -> Any:
+        from .values import to_json_value
+
+        value = to_json_value(result, self.run_id, f"{self.step_path} ({kind} {base['name']})")
+        event = self._ctx.append_sync(
+            f"harness.{kind}.succeeded", {**base, "result": value}, idempotency_key=key + ":succeeded"
+        )
+        self._ctx.log.harness_results[key] = dict(event.payload)
+        return event.payload["result"]
+
+
+_current: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
+    "little_workflow_current_step", default=None
+)
+
+
+def current_step() -> StepInfo:
+    info = _current.get()
+    if info is None:
+        raise NotInStepError("current_step() is only available inside a step function")
+    return info
+
+
+def set_current(info: StepInfo | None) -> contextvars.Token[StepInfo | None]:
+    return _current.set(info)
+
+
+async def call_step_fn(fn: Callable[..., Any], args: tuple[Any, ...], *, threaded: bool) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    if threaded:
+        # A sync function in a parallel group or with a timeout runs in a worker thread so
+        # it overlaps its siblings and can be timed out; context (current_step) is copied.
+        return await asyncio.to_thread(fn, *args)
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        return await result
+    return result

@@ -1,0 +1,123 @@
+"""Workflow definitions, their version ids, and JSON Schema validation."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import jsonschema
+
+from ..errors import SchemaValidationError
+from ..world.ids import content_hash, validate_name, workflow_version_id
+
+WorkflowFn = Callable[..., Awaitable[Any]]
+
+
+def _validator(schema: dict[str, Any] | None, what: str) -> jsonschema.Draft7Validator | None:
+    if schema is None:
+        return None
+    try:
+        jsonschema.Draft7Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise SchemaValidationError(f"the {what} schema itself", e.message) from None
+    # No format checker: draft-07 `format` is an annotation here. A *property* named
+    # "format" is an ordinary property and is validated like any other.
+    return jsonschema.Draft7Validator(schema)
+
+
+def validate_against(validator: jsonschema.Draft7Validator | None, value: Any, what: str) -> None:
+    if validator is None:
+        return
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        path = "$" + "".join(f"[{p!r}]" for p in error.absolute_path)
+        raise SchemaValidationError(what, error.message, path)
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A workflow definition made by `@workflow`. Call `run_workflow(wf, input)`."""
+
+    id: str
+    fn: WorkflowFn
+    version: str = "1"
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    skills: dict[str, str] = field(default_factory=dict)
+    definition_hash: str = ""
+    _input_validator: Any = None
+    _output_validator: Any = None
+
+    @property
+    def version_id(self) -> str:
+        return workflow_version_id(self.definition_hash)
+
+    def validate_input(self, value: Any) -> None:
+        validate_against(self._input_validator, value, f"input of workflow {self.id!r}")
+
+    def validate_output(self, value: Any) -> None:
+        validate_against(self._output_validator, value, f"output of workflow {self.id!r}")
+
+    def version_record(self) -> dict[str, Any]:
+        return {
+            "workflowVersionId": self.version_id,
+            "workflowId": self.id,
+            "version": self.version,
+            "definitionHash": self.definition_hash,
+            "inputSchema": self.input_schema,
+            "outputSchema": self.output_schema,
+            "skills": self.skills,
+        }
+
+    async def __call__(self, ctx: Any, input: Any) -> Any:
+        return await self.fn(ctx, input)
+
+
+def _source_of(fn: Callable[..., Any]) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def workflow(
+    id: str | None = None,
+    *,
+    input_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    version: str = "1",
+    skills: dict[str, str] | None = None,
+) -> Callable[[WorkflowFn], Workflow]:
+    """Declare an `async def fn(ctx, input)` as a durable workflow."""
+
+    def decorate(fn: WorkflowFn) -> Workflow:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"workflow {fn.__qualname__} must be an async function")
+        workflow_id = validate_name("workflow id", id or fn.__name__)
+        skill_map = dict(skills or {})
+        for name in skill_map:
+            validate_name("skill name", name)
+        definition_hash = content_hash(
+            {
+                "workflowId": workflow_id,
+                "version": version,
+                "inputSchema": input_schema,
+                "outputSchema": output_schema,
+                "skills": skill_map,
+                "source": _source_of(fn),
+            }
+        )
+        return Workflow(
+            id=workflow_id,
+            fn=fn,
+            version=str(version),
+            input_schema=input_schema,
+            output_schema=output_schema,
+            skills=skill_map,
+            definition_hash=definition_hash,
+            _input_validator=_validator(input_schema, f"input of {workflow_id!r}"),
+            _output_validator=_validator(output_schema, f"output of {workflow_id!r}"),
+        )
+
+    return decorate

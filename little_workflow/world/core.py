@@ -1,0 +1,313 @@
+"""The World: one set of event rules over small storage primitives.
+
+Order of an append: receipt lookup → artifact-reference validation → sequence
+allocation. Written here once; event stores only publish and read bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+from typing import Any, Iterator
+
+from ..errors import (
+    DocumentCorruptError,
+    EventLogCorruptError,
+    IdempotencyConflictError,
+    LittleWorkflowError,
+)
+from .artifacts import ArtifactStore
+from .event_stores import EventStore
+from .ids import (
+    canonical_json,
+    event_id,
+    find_artifact_refs,
+    outer_loop_lock_name,
+    run_lock_name,
+    utc_now_iso,
+    validate_run_id,
+)
+from .locks import CrossProcessLocks, held
+from .models import ArtifactManifest, Event, FrozenDict, FrozenList
+from .publish import Publisher
+from .shared_state import RunLedger, StorageState
+
+
+class EventPayloadError(LittleWorkflowError, TypeError):
+    def __init__(self, run_id: str, type_: str, problem: str):
+        self.run_id, self.type = run_id, type_
+        super().__init__(f"run {run_id}: payload of {type_!r} event is not JSON: {problem}")
+
+
+def frozen_json(value: Any, where: str = "payload") -> Any:
+    """A deep-frozen copy of a JSON value; anything that is not JSON raises TypeError."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{where} is {value!r}, which JSON cannot hold")
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where} has a non-string key {k!r}")
+            out[k] = frozen_json(v, f"{where}.{k}")
+        return FrozenDict(out)
+    if isinstance(value, (list, tuple)):
+        return FrozenList(frozen_json(v, f"{where}[{i}]") for i, v in enumerate(value))
+    raise TypeError(f"{where} is a {type(value).__name__}, which is not JSON")
+
+
+class World:
+    """The storage surface the runtime uses. Build one with `local_world()` or
+    `virtual_world()`; callers never depend on the on-disk layout."""
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        files: Any,
+        data_dir: str,
+        events: EventStore,
+        publisher: Publisher,
+        state: StorageState,
+        cross_process_locks: CrossProcessLocks | None,
+        max_concurrent_steps: int | None,
+        host_sources_allowed: bool,
+    ):
+        if max_concurrent_steps is not None and max_concurrent_steps < 1:
+            raise ValueError("max_concurrent_steps must be a positive integer or None")
+        self.kind = kind
+        self.files = files
+        self.data_dir = data_dir
+        self.events = events
+        self.publisher = publisher
+        self.state = state
+        self.artifacts = ArtifactStore(publisher, data_dir, state)
+        self.max_concurrent_steps = max_concurrent_steps
+        self.host_sources_allowed = host_sources_allowed
+        self._cross_process_locks = cross_process_locks
+
+    def __repr__(self) -> str:
+        return f"<World {self.kind} {self.data_dir}>"
+
+    @property
+    def blocking(self) -> bool:
+        """True when appends may block for long (fsync, network)."""
+        return self.events.blocking
+
+    def path(self, *parts: str) -> str:
+        return "/".join((self.data_dir.rstrip("/"), *parts))
+
+    # ---- events ---------------------------------------------------------------------
+
+    def append_event(
+        self,
+        run_id: str,
+        type: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        durable: bool = True,
+    ) -> Event:
+        """Append one event. `durable=False` lets a store skip its fsync for this one
+        event (the next durable append makes it durable too); it still survives the
+        process being killed."""
+        validate_run_id(run_id)
+        if not isinstance(type, str) or not type:
+            raise EventPayloadError(run_id, str(type), "the event type must be a non-empty string")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+            raise EventPayloadError(run_id, type, "idempotency_key must be a non-empty string")
+        try:
+            frozen = frozen_json(payload)
+            digest_body = canonical_json({"type": type, "payload": frozen})
+        except (TypeError, ValueError) as e:
+            raise EventPayloadError(run_id, type, str(e)) from None
+        digest = "sha256:" + hashlib.sha256(digest_body.encode("utf-8")).hexdigest()
+        ledger = self._loaded_ledger(run_id)
+        with ledger.lock:
+            # 1. receipt lookup
+            if idempotency_key is not None:
+                found = self._receipt(run_id, ledger, idempotency_key, digest)
+                if found is not None:
+                    return found
+            # 2. artifact-reference validation
+            for ref in find_artifact_refs(frozen):
+                self.artifacts.require(ref)
+            # 3. sequence allocation
+            while True:
+                sequence = ledger.last_sequence + 1
+                envelope = {
+                    "eventId": event_id(run_id, sequence),
+                    "runId": run_id,
+                    "sequence": sequence,
+                    "type": type,
+                    "payload": frozen,
+                    "createdAt": utc_now_iso(),
+                    "appendIdempotencyKey": idempotency_key,
+                    "requestDigest": digest,
+                }
+                data = json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode()
+                if self.events.publish_if_absent(
+                    run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
+                ):
+                    ledger.note(sequence, idempotency_key, digest)
+                    return Event.model_construct(
+                        event_id=envelope["eventId"],
+                        run_id=run_id,
+                        sequence=sequence,
+                        type=type,
+                        payload=frozen,
+                        created_at=envelope["createdAt"],
+                        append_idempotency_key=idempotency_key,
+                        request_digest=digest,
+                    )
+                # Another writer (another process or host) took this sequence: learn what
+                # it wrote, then look for our receipt again before taking the next one.
+                before = ledger.last_sequence
+                self._catch_up(run_id, ledger)
+                if idempotency_key is not None:
+                    found = self._receipt(run_id, ledger, idempotency_key, digest)
+                    if found is not None:
+                        return found
+                if ledger.last_sequence == before:
+                    raise EventLogCorruptError(
+                        run_id,
+                        self.events.description,
+                        f"sequence {sequence} could not be published and no event is there",
+                    )
+
+    def _receipt(self, run_id: str, ledger: RunLedger, key: str, digest: str) -> Event | None:
+        hit = ledger.receipts.get(key)
+        if hit is None:
+            return None
+        sequence, first_digest = hit
+        if first_digest != digest:
+            raise IdempotencyConflictError(run_id, key, first_digest, digest)
+        return self.read_event(run_id, sequence)
+
+    def _loaded_ledger(self, run_id: str) -> RunLedger:
+        ledger = self.state.ledger(run_id)
+        if not ledger.loaded:
+            with ledger.lock:
+                if not ledger.loaded:
+                    self._catch_up(run_id, ledger)
+                    ledger.loaded = True
+        return ledger
+
+    def _catch_up(self, run_id: str, ledger: RunLedger) -> list[Event]:
+        events = self._parse(run_id, self.events.read_after(run_id, ledger.last_sequence))
+        for e in events:
+            ledger.note(e.sequence, e.append_idempotency_key, e.request_digest)
+        return events
+
+    def _parse(self, run_id: str, rows: list[tuple[int, bytes]]) -> list[Event]:
+        out = []
+        for sequence, data in rows:
+            where = f"{self.events.description} run {run_id} event {sequence}"
+            try:
+                envelope = json.loads(data)
+                event = Event.from_envelope(envelope)
+            except (ValueError, KeyError, TypeError) as e:
+                raise EventLogCorruptError(run_id, where, f"unreadable event: {e}") from None
+            if event.sequence != sequence or event.run_id != run_id:
+                raise EventLogCorruptError(
+                    run_id, where, f"holds run {event.run_id!r} sequence {event.sequence}"
+                )
+            out.append(event)
+        return out
+
+    def list_events(self, run_id: str, *, after: int = 0) -> list[Event]:
+        validate_run_id(run_id)
+        if not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be a non-negative integer, not {after!r}")
+        events = self._parse(run_id, self.events.read_after(run_id, after))
+        ledger = self.state.ledger(run_id)
+        if events:
+            with ledger.lock:
+                for e in events:
+                    ledger.note(e.sequence, e.append_idempotency_key, e.request_digest)
+                if after == 0:
+                    ledger.loaded = True
+        return events
+
+    def read_event(self, run_id: str, sequence: int) -> Event:
+        validate_run_id(run_id)
+        data = self.events.read_one(run_id, sequence)
+        if data is None:
+            raise EventLogCorruptError(run_id, self.events.description, f"event {sequence} is missing")
+        return self._parse(run_id, [(sequence, data)])[0]
+
+    def list_runs(self) -> list[str]:
+        return sorted(self.events.run_ids())
+
+    # ---- artifacts ------------------------------------------------------------------
+
+    def write_artifact(
+        self,
+        run_id: str,
+        step_path: str,
+        name: str,
+        payload: Any,
+        *,
+        content_type: str = "application/json",
+        encoding: str = "json",
+    ) -> ArtifactManifest:
+        return self.artifacts.write(
+            run_id, step_path, name, payload, content_type=content_type, encoding=encoding
+        )
+
+    def read_artifact(self, ref: str) -> Any:
+        return self.artifacts.read(ref)
+
+    def read_artifact_manifest(self, ref: str) -> ArtifactManifest:
+        return self.artifacts.read_manifest(ref)
+
+    def list_artifacts(self, run_id: str | None = None) -> list[ArtifactManifest]:
+        manifests = []
+        for aid in self.artifacts.list_ids():
+            try:
+                m = self.artifacts.read_manifest(aid)
+            except LittleWorkflowError:
+                continue
+            if run_id is None or m.run_id == run_id:
+                manifests.append(m)
+        return sorted(manifests, key=lambda m: (m.created_at, m.artifact_id))
+
+    # ---- locks ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def run_lock(self, run_id: str) -> Iterator[str]:
+        validate_run_id(run_id)
+        with held(self.state, run_lock_name(run_id), run_id, self._cross_process_locks) as t:
+            yield t
+
+    @contextlib.contextmanager
+    def fence_lock(self, outer_loop_id: str) -> Iterator[str]:
+        name = outer_loop_lock_name(outer_loop_id)
+        with held(self.state, name, outer_loop_id, self._cross_process_locks) as t:
+            yield t
+
+    # ---- small documents (manifests, versions, memory) -------------------------------
+
+    def write_document(self, relative_path: str, doc: Any) -> None:
+        """Replace a small JSON document atomically (temp, fsync, rename, dir fsync)."""
+        data = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
+        self.publisher.replace(self.path(relative_path), data)
+
+    def write_document_once(self, relative_path: str, doc: Any) -> bool:
+        data = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
+        return self.publisher.publish_if_absent(self.path(relative_path), data)
+
+    def read_document(self, relative_path: str) -> Any | None:
+        raw = self.publisher.read(self.path(relative_path))
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise DocumentCorruptError(self.path(relative_path), str(e)) from None
+

@@ -1,0 +1,41 @@
+"""local_world: the embedded default — SQLite/WAL events, files on the local disk."""
+
+from __future__ import annotations
+
+import os
+
+from .core import World
+from .event_stores import SqliteEventStore
+from .locks import DirectoryLocks
+from .publish import LocalPublisher
+from .shared_state import storage_state_for
+
+LAYOUT_DIRS = ("events", "artifacts/blobs", "runs", "locks", "outer-loops", "memory", "workflow-versions")
+
+
+def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | None = None) -> World:
+    from fsspec.implementations.local import LocalFileSystem
+
+    root = os.path.abspath(os.fspath(data_dir))
+    for sub in LAYOUT_DIRS:
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    fs = LocalFileSystem()
+    state = storage_state_for(fs, root, local_dir=root)
+    # One SQLite connection per storage in this process: Worlds over one data dir share it.
+    with state.lock:
+        store = state.resources.get("sqlite")
+        if store is None:
+            store = state.resources["sqlite"] = SqliteEventStore(
+                os.path.join(root, "events", "events.db")
+            )
+    return World(
+        kind="local",
+        files=fs,
+        data_dir=root,
+        events=store,
+        publisher=LocalPublisher(fs),
+        state=state,
+        cross_process_locks=DirectoryLocks(os.path.join(root, "locks")),
+        max_concurrent_steps=max_concurrent_steps,
+        host_sources_allowed=True,
+    )

@@ -1,0 +1,170 @@
+"""Run locks and fences.
+
+In-process: one run id (or outer-loop fence) is held at most once at a time per World
+storage. Across processes (local_world): `locks/<name>/` created exclusively with
+`owner.json {pid, token, createdAt}`; a lock whose owner pid is gone is taken over at
+once, a lock dir with no readable owner.json is respected for a grace window (its owner
+may be between mkdir and writing owner.json), and taking over a stale lock is itself
+done behind a recovery lock so two recoverers cannot both win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import uuid
+from typing import Iterator, Protocol
+
+from ..errors import RunLockedError
+from .ids import utc_now_iso
+from .publish import fsync_dir
+from .shared_state import StorageState
+
+OWNERLESS_GRACE_SECONDS = 30.0
+
+
+class CrossProcessLocks(Protocol):
+    def acquire(self, name: str, label: str) -> str: ...
+    def release(self, name: str, token: str) -> None: ...
+
+
+@contextlib.contextmanager
+def held(state: StorageState, name: str, label: str, backend: CrossProcessLocks | None) -> Iterator[str]:
+    """Hold lock `name` (a run id hash or fence hash) for the body; `label` is what
+    errors name (the run id or outer-loop id)."""
+    token = uuid.uuid4().hex
+    with state.lock:
+        if name in state.active_runs:
+            raise RunLockedError(label, os.getpid(), " (in this process)")
+        state.active_runs[name] = token
+    try:
+        backend_token = backend.acquire(name, label) if backend is not None else None
+        try:
+            yield token
+        finally:
+            if backend is not None and backend_token is not None:
+                backend.release(name, backend_token)
+    finally:
+        with state.lock:
+            if state.active_runs.get(name) == token:
+                del state.active_runs[name]
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (killed, not yet reaped by its parent) holds nothing any more.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().split(b") ", 1)[1][:1] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+class DirectoryLocks:
+    """Cross-process locks as exclusively created directories (local disk)."""
+
+    def __init__(self, locks_dir: str, grace_seconds: float = OWNERLESS_GRACE_SECONDS):
+        self.locks_dir = locks_dir
+        self.grace_seconds = grace_seconds
+
+    def _owner(self, lock_dir: str) -> dict | None:
+        try:
+            with open(os.path.join(lock_dir, "owner.json"), "rb") as f:
+                doc = json.load(f)
+            if isinstance(doc, dict) and isinstance(doc.get("pid"), int) and doc.get("token"):
+                return doc
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def acquire(self, name: str, label: str) -> str:
+        os.makedirs(self.locks_dir, exist_ok=True)
+        lock_dir = os.path.join(self.locks_dir, name)
+        for _ in range(50):
+            try:
+                os.mkdir(lock_dir)
+            except FileExistsError:
+                owner = self._owner(lock_dir)
+                if owner is not None:
+                    if owner["pid"] != os.getpid() and pid_alive(owner["pid"]):
+                        raise RunLockedError(label, owner["pid"]) from None
+                    # Dead owner — or this very process, whose in-process lock is free,
+                    # so the directory is a leftover of an earlier holder in here.
+                    self._recover(name, lock_dir, owner["token"])
+                    continue
+                age = self._age(lock_dir)
+                if age is None:
+                    continue  # vanished meanwhile: try again
+                if age < self.grace_seconds:
+                    raise RunLockedError(
+                        label, None, f" (lock {lock_dir} is being created, no owner.json yet)"
+                    ) from None
+                self._recover(name, lock_dir, None)
+                continue
+            token = uuid.uuid4().hex
+            doc = {"pid": os.getpid(), "token": token, "createdAt": utc_now_iso()}
+            tmp = os.path.join(lock_dir, f".owner-{token}.tmp")
+            with open(tmp, "w") as f:
+                json.dump(doc, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(lock_dir, "owner.json"))
+            fsync_dir(lock_dir)
+            return token
+        raise RunLockedError(label, None, f" (could not take {lock_dir})")
+
+    @staticmethod
+    def _age(path: str) -> float | None:
+        try:
+            return time.time() - os.stat(path).st_mtime
+        except FileNotFoundError:
+            return None
+
+    def _recover(self, name: str, lock_dir: str, stale_token: str | None) -> None:
+        recovery_dir = os.path.join(self.locks_dir, name + ".recovery")
+        try:
+            os.mkdir(recovery_dir)
+        except FileExistsError:
+            age = self._age(recovery_dir)
+            if age is not None and age > self.grace_seconds:
+                # A recoverer died mid-recovery; its recovery lock is itself stale.
+                shutil.rmtree(recovery_dir, ignore_errors=True)
+            time.sleep(0.01)
+            return
+        try:
+            owner = self._owner(lock_dir)
+            still_stale = (owner is None and stale_token is None) or (
+                owner is not None and owner["token"] == stale_token
+            )
+            if still_stale:
+                # Rename first so the lock name frees atomically, then delete at leisure.
+                trash = os.path.join(self.locks_dir, f".stale-{uuid.uuid4().hex}")
+                try:
+                    os.rename(lock_dir, trash)
+                except FileNotFoundError:
+                    return
+                shutil.rmtree(trash, ignore_errors=True)
+        finally:
+            shutil.rmtree(recovery_dir, ignore_errors=True)
+
+    def release(self, name: str, token: str) -> None:
+        lock_dir = os.path.join(self.locks_dir, name)
+        owner = self._owner(lock_dir)
+        if owner is None or owner["token"] != token:
+            return  # not ours any more: never remove another holder's lock
+        trash = os.path.join(self.locks_dir, f".released-{token}")
+        try:
+            os.rename(lock_dir, trash)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,320 @@
+"""Publishing a file under its final name atomically and without overwriting.
+
+Every World writes its immutable files (events, artifact blobs and manifests) through one
+`Publisher`, chosen once per filesystem. fsspec itself offers no such operation: `mv`
+silently overwrites on every backend and is a copy + delete except on local disk, and
+MemoryFileSystem's `mv`/`pipe_file` scan the whole store. So each backend gets the
+cheapest primitive that really is atomic there.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from typing import Any
+
+TEMP_PREFIX = ".tmp-"
+
+
+def temp_name_for(path: str) -> str:
+    head, _, tail = path.rpartition("/")
+    return f"{head}/{TEMP_PREFIX}{uuid.uuid4().hex}-{tail}"
+
+
+def is_temp_name(name: str) -> bool:
+    return name.rsplit("/", 1)[-1].startswith(TEMP_PREFIX)
+
+
+class Publisher(ABC):
+    """Small storage primitives over one filesystem; paths are the filesystem's own."""
+
+    #: True when a write can block for long (fsync, network): callers on an event loop
+    #: should then move it to a worker thread.
+    blocking: bool = True
+    #: What the conformance suite measured for this backend (README table).
+    atomic_publication: str = ""
+    multi_writer: str = ""
+
+    @abstractmethod
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        """Make `path` hold `data`; False (and nothing changed) if `path` already exists."""
+
+    @abstractmethod
+    def read(self, path: str) -> bytes | None:
+        """The bytes at `path`, or None when there is no such file."""
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        """Atomically make `path` hold `data`, overwriting (mutable documents: manifests
+        of outer loops, memory files). Default: temp + mv, fine where mv is atomic."""
+        self.write_temp_then_move(path, data)
+
+    def write_temp_then_move(self, path: str, data: bytes) -> None:
+        tmp = temp_name_for(path)
+        self.fs.pipe_file(tmp, data)
+        self.fs.mv(tmp, path)
+
+    def ensure_dir(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+
+    def list_names(self, path: str) -> list[str]:
+        """Names (not paths) directly under `path`, temp names excluded, sorted."""
+        try:
+            entries = self.fs.ls(path, detail=False)
+        except FileNotFoundError:
+            return []
+        names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
+        return sorted(n for n in names if n and not is_temp_name(n))
+
+    def delete(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    fs: Any
+
+
+class LocalPublisher(Publisher):
+    """Local disk: temp file + fsync + `os.link` (fails if the name exists) + dir fsync."""
+
+    atomic_publication = "yes: temp + fsync + link (no replace) + dir fsync"
+    multi_writer = "yes: processes and threads (link is atomic)"
+
+    def __init__(self, fs: Any):
+        self.fs = fs
+        self._known_dirs: set[str] = set()
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        directory = os.path.dirname(path)
+        if directory not in self._known_dirs:
+            os.makedirs(directory, exist_ok=True)
+            self._known_dirs.add(directory)
+        tmp = temp_name_for(path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if durable:
+            fsync_dir(directory)
+        return True
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = temp_name_for(path)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(directory)
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def ensure_dir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def list_names(self, path: str) -> list[str]:
+        try:
+            names = os.listdir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(n for n in names if not is_temp_name(n))
+
+    def delete(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MemoryPublisher(Publisher):
+    """fsspec MemoryFileSystem: one `dict.setdefault` on its store, atomic under the GIL.
+
+    `pipe_file`, `open(..., "xb")`, `exists` and `mv` all scan the whole store (O(files))
+    on this backend, so the store dict is used directly for the hot path.
+    """
+
+    blocking = False
+    atomic_publication = "yes: one dict insert (setdefault) under the GIL"
+    multi_writer = "threads of one process (the store lives in the process)"
+
+    def __init__(self, fs: Any):
+        from fsspec.implementations.memory import MemoryFile
+
+        self.fs = fs
+        self._file_cls = MemoryFile
+
+    def _key(self, path: str) -> str:
+        return self.fs._strip_protocol(path)
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        key = self._key(path)
+        new = self._file_cls(self.fs, key, data)
+        return self.fs.store.setdefault(key, new) is new
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        key = self._key(path)
+        self.fs.store[key] = self._file_cls(self.fs, key, data)
+
+    def read(self, path: str) -> bytes | None:
+        f = self.fs.store.get(self._key(path))
+        return None if f is None else bytes(f.getbuffer())
+
+    def ensure_dir(self, path: str) -> None:
+        return None  # memory files need no parent directories
+
+    def list_names(self, path: str) -> list[str]:
+        prefix = self._key(path).rstrip("/") + "/"
+        names = set()
+        for key in list(self.fs.store):
+            if key.startswith(prefix):
+                names.add(key[len(prefix):].split("/", 1)[0])
+        return sorted(n for n in names if n and not is_temp_name(n))
+
+    def delete(self, path: str) -> None:
+        self.fs.store.pop(self._key(path), None)
+
+
+class ChainedPublisher(Publisher):
+    """Any other fsspec filesystem: existence check, temp write and move, serialized by an
+    in-process write chain (a lock per filesystem object). Safe for writers in this
+    process only: the backend offers no atomic no-overwrite primitive to do better."""
+
+    atomic_publication = "in-process only: check + temp write + mv under a lock"
+    multi_writer = "threads of one process sharing the filesystem object"
+
+    _chains: dict[int, threading.Lock] = {}
+    _chains_guard = threading.Lock()
+
+    def __init__(self, fs: Any):
+        self.fs = fs
+        with self._chains_guard:
+            self._chain = self._chains.setdefault(id(fs), threading.Lock())
+            self._owner = fs  # keep the object alive so its id() is never reused
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        with self._chain:
+            if self.read(path) is not None:
+                return False
+            self.ensure_dir(path.rsplit("/", 1)[0])
+            self.write_temp_then_move(path, data)
+            return True
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        with self._chain:
+            self.ensure_dir(path.rsplit("/", 1)[0])
+            self.write_temp_then_move(path, data)
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            return bytes(self.fs.cat_file(path))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+
+class DelegatingPublisher(Publisher):
+    """A filesystem that brings its own `publish_if_absent(path, data)` (our adapters)."""
+
+    def __init__(self, fs: Any):
+        self.fs = fs
+        self.blocking = getattr(fs, "publish_blocking", True)
+        self.atomic_publication = getattr(fs, "atomic_publication", "by the adapter")
+        self.multi_writer = getattr(fs, "multi_writer", "by the adapter")
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        return bool(self.fs.publish_if_absent(path, data))
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        if hasattr(self.fs, "replace_atomic"):
+            self.fs.replace_atomic(path, data)
+        else:
+            super().replace(path, data, durable=durable)
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            return bytes(self.fs.cat_file(path))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+
+class PrefixedPublisher(Publisher):
+    """fsspec DirFileSystem: the inner filesystem's publisher on joined paths."""
+
+    def __init__(self, fs: Any, inner: Publisher):
+        self.fs, self.inner = fs, inner
+        self.blocking = inner.blocking
+        self.atomic_publication = inner.atomic_publication
+        self.multi_writer = inner.multi_writer
+
+    def _join(self, path: str) -> str:
+        return str(self.fs._join(path))
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        return self.inner.publish_if_absent(self._join(path), data, durable=durable)
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        self.inner.replace(self._join(path), data, durable=durable)
+
+    def read(self, path: str) -> bytes | None:
+        return self.inner.read(self._join(path))
+
+    def ensure_dir(self, path: str) -> None:
+        self.inner.ensure_dir(self._join(path))
+
+    def list_names(self, path: str) -> list[str]:
+        return self.inner.list_names(self._join(path))
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(self._join(path))
+
+
+def publisher_for(fs: Any) -> Publisher:
+    """The publication primitive for a filesystem object (decided once per World)."""
+    from fsspec.implementations.dirfs import DirFileSystem
+    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    if callable(getattr(fs, "publish_if_absent", None)):
+        return DelegatingPublisher(fs)
+    if isinstance(fs, DirFileSystem):
+        return PrefixedPublisher(fs, publisher_for(fs.fs))
+    if isinstance(fs, LocalFileSystem):
+        return LocalPublisher(fs)
+    if isinstance(fs, MemoryFileSystem):
+        return MemoryPublisher(fs)
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    if {"s3", "s3a"} & set(protocols):
+        from fs_adapters.object_store import ObjectStorePublisher
+
+        return ObjectStorePublisher(fs)
+    return ChainedPublisher(fs)

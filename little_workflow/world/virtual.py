@@ -1,0 +1,77 @@
+"""virtual_world: everything on one fsspec filesystem, one JSON file per event."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .core import World
+from .event_stores import FileEventStore
+from .publish import publisher_for
+from .shared_state import normalize_root, storage_state_for
+
+_url_filesystems: dict[tuple[str, str], Any] = {}
+_url_guard = threading.Lock()
+
+
+def filesystem_for_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(filesystem, path) for an fsspec URL. One filesystem object per (protocol, options)
+    in this process, so Worlds built from the same URL coordinate: fsspec caches its
+    instances per thread, which would otherwise give each thread its own lock keys."""
+    import fsspec
+    from fsspec.core import split_protocol
+
+    from .ids import canonical_json
+
+    protocol, _ = split_protocol(url)
+    protocol = protocol or "file"
+    options = dict(storage_options or {})
+    key = (protocol, canonical_json(options) if options else "")
+    with _url_guard:
+        fs = _url_filesystems.get(key)
+        if fs is None:
+            fs = fsspec.filesystem(protocol, **options)
+            _url_filesystems[key] = fs
+    path = fs._strip_protocol(url)
+    if protocol == "memory" and not path.startswith("/"):
+        path = "/" + path
+    return fs, path
+
+
+def virtual_world(
+    fs: Any = None,
+    data_dir: str | None = None,
+    max_concurrent_steps: int | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> World:
+    """A World on any fsspec filesystem object, or on an fsspec URL
+    (`memory://wf`, `file:///data/wf`, `s3://bucket/prefix`) whose path is the data dir."""
+    if fs is None:
+        raise TypeError("virtual_world needs a filesystem object or an fsspec URL")
+    if isinstance(fs, str):
+        fs, url_path = filesystem_for_url(fs, storage_options)
+        data_dir = data_dir or url_path
+    elif storage_options:
+        raise TypeError("storage_options go with a URL, not with a filesystem object")
+    root = normalize_root(fs._strip_protocol(data_dir or "/workflows"))
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        import os
+
+        root = os.path.abspath(root)
+    publisher = publisher_for(fs)
+    state = storage_state_for(fs, root)
+    publisher.ensure_dir(root)
+    return World(
+        kind=f"virtual({type(fs).__name__})",
+        files=fs,
+        data_dir=root,
+        events=FileEventStore(publisher, root),
+        publisher=publisher,
+        state=state,
+        cross_process_locks=getattr(publisher, "cross_process_locks", lambda root: None)(root),
+        max_concurrent_steps=max_concurrent_steps,
+        host_sources_allowed=False,
+    )

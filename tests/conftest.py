@@ -1,0 +1,127 @@
+"""Fixtures: every World and filesystem the conformance suite runs on."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from typing import Any, Callable
+
+import pytest
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
+
+import little_workflow as lw
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+
+def private_memory() -> MemoryFileSystem:
+    return MemoryFileSystem(skip_instance_cache=True, global_store=False)
+
+
+class WorldMaker:
+    """Makes Worlds over one storage; `reopen()` makes a fresh World over the same files,
+    as a restarted process would (fresh filesystem object where the backend allows)."""
+
+    def __init__(self, kind: str, tmp_path: Any, request: Any):
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.request = request
+        self._fs: Any = None
+        if kind == "memory":
+            self._fs = private_memory()
+        elif kind == "dirfs-memory":
+            self._fs = DirFileSystem(path="/base", fs=private_memory())
+        elif kind == "local-fsspec":
+            self._fs = LocalFileSystem()
+        elif kind == "pyfs-memory":
+            from fs.memoryfs import MemoryFS
+
+            from fs_adapters.pyfilesystem import PyFilesystemFS
+
+            self._pyfs = MemoryFS()
+            self._fs = PyFilesystemFS(self._pyfs)
+        elif kind == "pyfs-osfs":
+            from fs.osfs import OSFS
+
+            from fs_adapters.pyfilesystem import PyFilesystemFS
+
+            os.makedirs(tmp_path / "osfs", exist_ok=True)
+            self._fs = PyFilesystemFS(OSFS(str(tmp_path / "osfs")))
+        elif kind == "s3":
+            s3 = request.getfixturevalue("moto_s3")
+            self._s3 = s3
+            self._bucket = s3.new_bucket()
+            self._fs = s3.filesystem()
+
+    @property
+    def data_dir(self) -> str:
+        if self.kind == "local-fsspec":
+            return str(self.tmp_path / "wf")
+        if self.kind == "local_world":
+            return str(self.tmp_path / "lw")
+        if self.kind == "s3":
+            return f"{self._bucket}/wf"
+        return "/wf"
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if self.kind == "local_world":
+            return lw.local_world(self.data_dir, **kwargs)
+        return lw.virtual_world(self._fs, self.data_dir, **kwargs)
+
+    def reopen(self, **kwargs: Any) -> Any:
+        if self.kind == "s3":
+            self._fs = self._s3.filesystem()  # a second host: its own object and caches
+        elif self.kind == "pyfs-osfs":
+            from fs.osfs import OSFS
+
+            from fs_adapters.pyfilesystem import PyFilesystemFS
+
+            self._fs = PyFilesystemFS(OSFS(str(self.tmp_path / "osfs")))
+        return self(**kwargs)
+
+    @property
+    def fs(self) -> Any:
+        return self._fs
+
+
+WORLD_KINDS = ["memory", "local-fsspec", "dirfs-memory", "local_world", "pyfs-memory", "pyfs-osfs", "s3"]
+
+
+@pytest.fixture(params=WORLD_KINDS)
+def make_world(request: Any, tmp_path: Any) -> WorldMaker:
+    return WorldMaker(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def world(make_world: WorldMaker) -> Any:
+    return make_world()
+
+
+@pytest.fixture
+def memory_world() -> Any:
+    return lw.virtual_world(private_memory(), "/wf")
+
+
+@pytest.fixture
+def local_world_(tmp_path: Any) -> Any:
+    return lw.local_world(str(tmp_path / "data"))
+
+
+def unique_run() -> str:
+    return "run_" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Any:
+    from s3_server import MotoS3
+
+    server = MotoS3()
+    yield server
+    server.stop()
+
+
+Maker = Callable[..., Any]

@@ -1,0 +1,41 @@
+"""A real moto S3 server on 127.0.0.1 (random port), started and stopped by the tests."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from typing import Any
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MotoS3:
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.port = _free_port()
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.storage_options = {
+            "key": "testing", "secret": "testing",
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
+        }
+
+    def filesystem(self) -> Any:
+        """A new s3fs object, as a separate host would have (own caches, own session)."""
+        import s3fs
+
+        return s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+
+    def new_bucket(self) -> str:
+        name = "lw-" + uuid.uuid4().hex[:20]
+        self.filesystem().call_s3("create_bucket", Bucket=name)
+        return name
+
+    def stop(self) -> None:
+        self.server.stop()
