@@ -257,6 +257,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(1)
+    except click.UsageError as e:
+        click.echo(f"error: {e.format_message()} (see 'little --help')", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
