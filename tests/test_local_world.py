@@ -1,0 +1,147 @@
+"""local_world specifics: layout, SQLite WAL, cross-process run locks, manifests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+import little_workflow as lw
+from crashes import ROOT, TESTS
+
+
+def child(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+    return subprocess.Popen([sys.executable, os.path.join(TESTS, "lock_child.py"), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def wait_line(proc: subprocess.Popen, prefix: str) -> str:
+    line = proc.stdout.readline()
+    assert line.startswith(prefix), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return line
+
+
+def test_layout_and_sqlite_schema(tmp_path):
+    world = lw.local_world(str(tmp_path / "d"))
+
+    @lw.workflow(id="layout")
+    async def wf(ctx, input):
+        return await ctx.step("a/b", lambda: lw.current_step().scratch.pipe_file("f", b"1") or 1)
+
+    lw.run_workflow(wf, None, world=world, run_id="run_layout")
+    world.write_artifact("run_layout", "a/b", "x", {"k": 1})
+    d = tmp_path / "d"
+    for sub in ("events/events.db", "artifacts/blobs", "runs/run_layout/steps/a/b/scratch/f",
+                "locks", "outer-loops", "memory", "workflow-versions"):
+        assert (d / sub).exists(), sub
+    assert len(list((d / "artifacts").glob("art_*.json"))) == 1
+    conn = sqlite3.connect(str(d / "events" / "events.db"))
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    pk = [r[1] for r in conn.execute("PRAGMA table_info(events)") if r[5]]
+    assert pk == ["run_id", "sequence"]
+    assert list((d / "locks").iterdir()) == []  # released after the run
+
+
+def test_killed_lock_holder_is_taken_over_at_once(tmp_path):
+    data = str(tmp_path / "d")
+    holder = child("hold", data, "run_locked", "60")
+    pid = int(wait_line(holder, "HELD").split()[1])
+    world = lw.local_world(data)
+    with pytest.raises(lw.RunLockedError) as info:
+        with world.run_lock("run_locked"):
+            pass
+    assert info.value.owner_pid == pid and str(pid) in str(info.value)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    t0 = time.time()
+    with world.run_lock("run_locked"):
+        owner = json.loads((tmp_path / "d" / "locks" / hashlib.sha256(b"run_locked").hexdigest()
+                            / "owner.json").read_text())
+        assert owner["pid"] == os.getpid() and set(owner) == {"pid", "token", "createdAt"}
+    assert time.time() - t0 < 1.0
+
+
+def test_two_processes_race_for_one_run_id(tmp_path):
+    data = str(tmp_path / "d")
+    lw.local_world(data)
+    for trial in range(20):
+        start_at = time.time() + 0.4
+        procs = [child("race", data, f"run_race{trial}", str(start_at)) for _ in range(2)]
+        outs = [p.communicate(timeout=30)[0].strip() for p in procs]
+        assert sorted(o.split()[0] for o in outs) == ["LOCKED", "WON"], outs
+
+
+def test_ownerless_lock_dir_respected_for_grace_window(tmp_path):
+    world = lw.local_world(str(tmp_path / "d"))
+    lock_dir = tmp_path / "d" / "locks" / hashlib.sha256(b"run_ghost").hexdigest()
+    lock_dir.mkdir(parents=True)
+    with pytest.raises(lw.RunLockedError):
+        with world.run_lock("run_ghost"):
+            pass
+    old = time.time() - 31
+    os.utime(lock_dir, (old, old))
+    with world.run_lock("run_ghost"):
+        pass
+    assert not lock_dir.exists()
+
+
+def test_release_only_by_token_holder(tmp_path):
+    world = lw.local_world(str(tmp_path / "d"))
+    owner_file = tmp_path / "d" / "locks" / hashlib.sha256(b"run_tok").hexdigest() / "owner.json"
+    with world.run_lock("run_tok"):
+        doc = json.loads(owner_file.read_text())
+        doc["token"] = "someone-else"
+        owner_file.write_text(json.dumps(doc))
+    assert owner_file.exists()  # not ours any more, so not removed
+
+
+def test_manifest_write_killed_midway_leaves_previous_readable(tmp_path):
+    data = str(tmp_path / "d")
+    rng = random.Random(7)
+    world = lw.local_world(data)
+    last = 0
+    for _ in range(8):
+        proc = child("manifests", data)
+        wait_line(proc, "")
+        time.sleep(rng.uniform(0.01, 0.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        doc = world.read_document("outer-loops/ol.json")
+        assert isinstance(doc["n"], int) and doc["pad"] == "x" * (doc["n"] % 5000)
+        last = doc["n"]
+    assert last > 0
+    leftovers = [n for n in os.listdir(tmp_path / "d" / "outer-loops") if n != "ol.json"]
+    assert all(n.startswith(".tmp-") for n in leftovers)  # temp names only, ignored by readers
+
+
+def test_readers_in_other_processes_while_one_writes(tmp_path):
+    data = str(tmp_path / "d")
+    lw.local_world(data)
+    readers = [child("read", data, "3") for _ in range(2)]
+    writer = child("append", data, "300")
+    out, err = writer.communicate(timeout=120)
+    assert "APPENDED" in out, err
+    for r in readers:
+        out, err = r.communicate(timeout=60)
+        assert out.startswith("READ"), err
+        assert "locked" not in err
+    assert len(lw.local_world(data).list_events("run_busy")) == 300
+
+
+def test_two_spellings_of_one_dir_serialize(tmp_path):
+    (tmp_path / "d").mkdir()
+    a = lw.local_world(str(tmp_path / "d"))
+    b = lw.local_world(str(tmp_path / "d" / ".." / "d") + "/")
+    with a.run_lock("run_same"):
+        with pytest.raises(lw.RunLockedError):
+            with b.run_lock("run_same"):
+                pass
