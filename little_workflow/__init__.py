@@ -31,9 +31,13 @@ from .runtime.runner import (
     replay_run,
     run_workflow,
 )
+from .runtime.outer_loop import Continue, Done
+from .runtime.pipeline import arun_pipeline, run_pipeline
 from .runtime.state import RunResult, RunState, StepState
 from .runtime.steps import Retry, StepInfo, current_step
 from .runtime.workflow import Workflow, workflow
+from .world.memory_store import MemoryReadOnlyError, MemoryStore
+from .world.verify import VerifyReport, verify_world
 from .world import (
     ArtifactManifest,
     Event,

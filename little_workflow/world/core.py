@@ -291,6 +291,17 @@ class World:
         with held(self.state, name, outer_loop_id, self._cross_process_locks) as t:
             yield t
 
+    # ---- memory -----------------------------------------------------------------------
+
+    def memory(self, scope: str, key: str | None = None) -> Any:
+        """A memory store: `world.memory("org")`, `world.memory("workflow", workflow_id)`,
+        `world.memory("pipeline", pipeline_key)`. Writable from here (pre-populating)."""
+        from .memory_store import MemoryStore
+
+        if scope != "org" and key is None:
+            raise ValueError(f"memory scope {scope!r} needs a key (workflow id or pipeline key)")
+        return MemoryStore(self, scope, key)
+
     # ---- small documents (manifests, versions, memory) -------------------------------
 
     def write_document(self, relative_path: str, doc: Any) -> None:

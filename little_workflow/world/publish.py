@@ -129,7 +129,7 @@ class LocalPublisher(Publisher):
         try:
             with open(path, "rb") as f:
                 return f.read()
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
     def ensure_dir(self, path: str) -> None:

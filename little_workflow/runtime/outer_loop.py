@@ -1,0 +1,159 @@
+"""Outer loops: run a workflow cycle after cycle under a supervisor.
+
+Each cycle is one run. The manifest `outer-loops/<id>.json` is replaced atomically after
+every `outer_loop.cycle_completed` (appended to that cycle's run). `pendingCycleRunId` is
+set before a cycle starts and cleared after the supervisor decides, so a crash mid-cycle
+resumes that same run without re-running its completed steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from ..errors import InputMismatchError, RunLockedError, WorkflowFailedError
+from ..world.ids import content_hash, sha256_hex, validate_name
+from ..world.models import thaw
+from .state import RunResult
+from .workflow import Workflow
+
+
+@dataclass(frozen=True)
+class Done:
+    final_output: Any = None
+
+
+@dataclass(frozen=True)
+class Continue:
+    next_input: Any = None
+
+
+@contextlib.asynccontextmanager
+async def _fenced(world: Any, outer_loop_id: str) -> AsyncIterator[None]:
+    """Callers sharing an outer-loop id take turns: wait for the fence, then go on."""
+    delay = 0.01
+    while True:
+        try:
+            with world.fence_lock(outer_loop_id):
+                yield
+                return
+        except RunLockedError as e:
+            if e.run_id != outer_loop_id:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def _manifest_path(outer_loop_id: str) -> str:
+    return f"outer-loops/{outer_loop_id}.json"
+
+
+def _cycle_run_id(outer_loop_id: str, cycle: int) -> str:
+    return f"run_ol_{sha256_hex(outer_loop_id)[:16]}_{cycle}"
+
+
+async def _decide(supervise: Callable[..., Any], cycle: dict[str, Any], history: list[dict[str, Any]]) -> Any:
+    decision = supervise(cycle, history)
+    if inspect.isawaitable(decision):
+        decision = await decision
+    if not isinstance(decision, (Done, Continue)):
+        raise TypeError(f"supervise must return lw.Done(...) or lw.Continue(...), not {decision!r}")
+    return decision
+
+
+async def arun_outer_loop(
+    wf: Workflow,
+    input: Any,
+    *,
+    world: Any,
+    max_outer_cycles: int | None,
+    supervise: Callable[..., Any] | None,
+    outer_loop_id: str | None,
+) -> RunResult:
+    from .runner import _input_json, _io, arun_workflow
+
+    if not max_outer_cycles or max_outer_cycles < 1:
+        raise ValueError("max_outer_cycles must be a positive integer for an outer loop")
+    if supervise is None:
+        raise ValueError("an outer loop needs supervise=fn(cycle, history) -> Done | Continue")
+    value = _input_json(wf, input, outer_loop_id or "outer loop")
+    input_hash = content_hash(value)
+    if outer_loop_id is None:
+        outer_loop_id = "ol_" + sha256_hex(wf.definition_hash + input_hash)[:16]
+    validate_name("outer loop id", outer_loop_id)
+    path = _manifest_path(outer_loop_id)
+    async with _fenced(world, outer_loop_id):
+        manifest = await _io(world, world.read_document, path) or {
+            "outerLoopId": outer_loop_id,
+            "goal": {"workflowDefinitionHash": wf.definition_hash,
+                     "description": (inspect.getdoc(wf.fn) or wf.id).strip()},
+            "maxCycles": max_outer_cycles,
+            "inputHash": input_hash,
+            "cycles": [],
+            "pendingCycleRunId": None,
+            "result": None,
+        }
+        if manifest["inputHash"] != input_hash:
+            raise InputMismatchError(outer_loop_id, manifest["inputHash"], input_hash)
+
+        def finished() -> RunResult:
+            result = manifest["result"]
+            last = manifest["cycles"][-1] if manifest["cycles"] else {}
+            return RunResult(run_id=last.get("runId", ""), status="completed",
+                             output=result.get("finalOutput"), workflow_id=wf.id,
+                             outer_loop_id=outer_loop_id, result_kind=result.get("kind"),
+                             cycles=manifest["cycles"])
+
+        if manifest.get("result"):
+            return finished()
+        next_input: Any = _UNSET
+        while True:
+            cycles: list[dict[str, Any]] = manifest["cycles"]
+            number = len(cycles) + 1
+            run_id = manifest.get("pendingCycleRunId") or _cycle_run_id(outer_loop_id, number)
+            events = await _io(world, world.list_events, run_id)
+            if events and events[0].type == "run.created":
+                cycle_input = thaw(events[0].payload.get("input"))  # a cycle already started
+            elif number == 1:
+                cycle_input = value
+            elif next_input is not _UNSET:
+                cycle_input = next_input
+            else:
+                # A crash came after the previous cycle's Continue but before this cycle's
+                # run was created: ask the (deterministic) supervisor again.
+                decision = await _decide(supervise, cycles[-1], cycles[:-1])
+                cycle_input = decision.next_input if isinstance(decision, Continue) else value
+            if manifest.get("pendingCycleRunId") != run_id:
+                manifest["pendingCycleRunId"] = run_id
+                await _io(world, world.write_document, path, manifest)
+            try:
+                result = await arun_workflow(wf, cycle_input, world=world, run_id=run_id)
+                status, output = "completed", result.output
+            except WorkflowFailedError:
+                status, output = "failed", None
+            cycle = {"cycleNumber": number, "runId": run_id,
+                     "workflowVersionId": wf.version_id, "status": status, "output": output}
+            decision = await _decide(supervise, {**cycle, "input": cycle_input}, list(cycles))
+            done = isinstance(decision, Done)
+            await _io(world, functools.partial(
+                world.append_event, run_id, "outer_loop.cycle_completed",
+                {"outerLoopId": outer_loop_id, "cycleNumber": number, "status": status,
+                 "output": output, "decision": "done" if done else "continue"},
+                idempotency_key=f"outer_loop.cycle_completed:{outer_loop_id}:{number}"))
+            cycles.append(cycle)
+            manifest["pendingCycleRunId"] = None
+            if done:
+                manifest["result"] = {"kind": "done", "finalOutput": decision.final_output}
+            elif number >= manifest["maxCycles"]:
+                manifest["result"] = {"kind": "max_cycles", "finalOutput": output}
+            await _io(world, world.write_document, path, manifest)
+            if manifest["result"]:
+                return finished()
+            next_input = decision.next_input
+
+
+_UNSET: Any = object()

@@ -1,0 +1,70 @@
+"""Kept plans (planner reuse): a plan kept by one run is offered to later runs of the same
+workflow version; a new version starts empty. The choice made is recorded (`plan.reused`),
+so a resumed or replayed run sees the same plan."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..world.ids import content_hash, validate_name
+from ..world.models import thaw
+
+if TYPE_CHECKING:
+    from .context import RunContext
+
+PLANS_DIR = "planner-reuse"
+
+
+class Plans:
+    def __init__(self, ctx: "RunContext"):
+        self._ctx = ctx
+
+    def _relative(self, run_id: str, name: str) -> str:
+        return f"runs/{run_id}/{PLANS_DIR}/{self._ctx.workflow.version_id}/{name}.json"
+
+    def keep(self, name: str, value: Any) -> None:
+        """Keep `value` (JSON) as plan `name` of this run's workflow version."""
+        validate_name("plan name", name)
+        ctx = self._ctx
+        if ctx.replaying:
+            return
+        data = json.dumps(value, ensure_ascii=False, sort_keys=True).encode()
+        ctx.world.publisher.replace(ctx.world.path(self._relative(ctx.run_id, name)), data)
+        digest = content_hash(value)
+        ctx.append_sync("plan.kept", {
+            "name": name, "workflowVersionId": ctx.workflow.version_id, "contentHash": digest,
+        }, idempotency_key=f"plan.kept:{name}:{digest}")
+
+    def reuse(self, name: str) -> Any:
+        """The newest plan `name` kept by an earlier run of this workflow version, or None."""
+        validate_name("plan name", name)
+        ctx = self._ctx
+        recorded = ctx.log.plans_reused.get(name)
+        if recorded is not None:
+            return thaw(recorded.get("plan"))
+        if ctx.replaying:
+            return None
+        source, plan = self._newest(name)
+        ctx.append_sync("plan.reused", {
+            "name": name, "workflowVersionId": ctx.workflow.version_id,
+            "sourceRunId": source, "plan": plan,
+        }, idempotency_key=f"plan.reused:{name}")
+        ctx.log.plans_reused[name] = {"plan": plan, "sourceRunId": source}
+        return plan
+
+    def _newest(self, name: str) -> tuple[str | None, Any]:
+        ctx = self._ctx
+        world = ctx.world
+        best: tuple[str, str, Any] | None = None  # (keptAt, runId, plan)
+        for run_id in world.publisher.list_names(world.path("runs")):
+            if run_id == ctx.run_id:
+                continue
+            raw = world.publisher.read(world.path(self._relative(run_id, name)))
+            if raw is None:
+                continue
+            kept_at = next((e.created_at for e in reversed(world.list_events(run_id))
+                            if e.type == "plan.kept" and e.payload.get("name") == name), "")
+            if best is None or (kept_at, run_id) > (best[0], best[1]):
+                best = (kept_at, run_id, json.loads(raw))
+        return (best[1], best[2]) if best else (None, None)
