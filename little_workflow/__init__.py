@@ -23,6 +23,7 @@ from .errors import (
     WorkflowFailedError,
     WorldPathError,
 )
+from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
 from .runtime.runner import (
     areplay_run,

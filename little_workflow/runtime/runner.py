@@ -116,6 +116,10 @@ async def arun_workflow(
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
     value = _input_json(wf, input, run_id)
     world = _world_or_default(world)
+    if wf.skills:
+        from .bash_steps import check_skill_sources
+
+        check_skill_sources(world, wf)
     with world.run_lock(run_id):
         return await _run_locked(world, wf, value, run_id, _pipeline)
 

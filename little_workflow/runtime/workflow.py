@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -95,7 +96,11 @@ def workflow(
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {fn.__qualname__} must be an async function")
         workflow_id = validate_name("workflow id", id or fn.__name__)
-        skill_map = dict(skills or {})
+        # A pathlib.Path source is a host folder: spelled as a file:// URL from here on.
+        skill_map = {
+            name: (f"file://{os.path.abspath(src)}" if isinstance(src, os.PathLike) else src)
+            for name, src in (skills or {}).items()
+        }
         for name in skill_map:
             validate_name("skill name", name)
         definition_hash = content_hash(
