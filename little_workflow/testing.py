@@ -1,0 +1,233 @@
+"""Fault injection for reliability tests — reusable by users testing their own workflows.
+
+`FaultyFileSystem` wraps any fsspec filesystem and counts storage operations; on the
+N-th it "crashes": raises `SimulatedCrash` and refuses every later operation, as a power
+cut would, optionally leaving a partially written file behind. `faulty_local_world`
+does the same to local_world's storage primitives (SQLite commits, file publication).
+
+`SimulatedCrash` derives from BaseException, so `except Exception` in workflow or step
+code cannot swallow it — like a real crash, it ends the run where it stands.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsspec.spec import AbstractFileSystem
+
+from .world.publish import Publisher, publisher_for, temp_name_for
+
+
+class SimulatedCrash(BaseException):
+    """The storage 'lost power' at operation `index`."""
+
+    def __init__(self, index: int, operation: str):
+        self.index, self.operation = index, operation
+        super().__init__(f"simulated crash at storage operation #{index} ({operation})")
+
+
+@dataclass
+class FaultPlan:
+    """Crash at operation number `crash_at` (1-based; None never crashes). With
+    `partial=True` a write that crashes leaves half of its bytes in a file first."""
+
+    crash_at: int | None = None
+    partial: bool = False
+    count: int = 0
+    crashed: bool = False
+    operations: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def tick(self, operation: str) -> bool:
+        """Count one operation; True when this one is where the crash happens."""
+        with self.lock:
+            if self.crashed:
+                raise SimulatedCrash(self.count, f"{operation} after the crash")
+            self.count += 1
+            self.operations.append(operation)
+            if self.crash_at is not None and self.count >= self.crash_at:
+                self.crashed = True
+                return True
+            return False
+
+    def crash(self, operation: str) -> SimulatedCrash:
+        return SimulatedCrash(self.count, operation)
+
+
+class FaultyFileSystem(AbstractFileSystem):
+    """An fsspec filesystem that forwards to `fs` and crashes on the planned operation.
+
+    It offers `publish_if_absent` (built on the wrapped filesystem's own publication
+    primitive), so a World over it publishes exactly as it would over `fs`."""
+
+    protocol = "faulty"
+    cachable = False
+
+    def __init__(self, fs: Any, plan: FaultPlan, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.fs = fs
+        self.plan = plan
+        self._publisher: Publisher = publisher_for(fs)
+        self.publish_blocking = self._publisher.blocking
+
+    def _strip_protocol(self, path: Any) -> Any:  # type: ignore[override]
+        return self.fs._strip_protocol(path)
+
+    def _op(self, name: str, path: str = "", data: bytes | None = None) -> None:
+        if self.plan.tick(f"{name} {path}"):
+            if self.plan.partial and data:
+                # What a torn write leaves: half the bytes under a temporary name, which
+                # every reader must ignore.
+                try:
+                    self.fs.pipe_file(temp_name_for(path), data[: len(data) // 2])
+                except Exception:
+                    pass
+            raise self.plan.crash(f"{name} {path}")
+
+    # what the World uses
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        self._op("publish", path, data)
+        return self._publisher.publish_if_absent(path, data)
+
+    def replace_atomic(self, path: str, data: bytes) -> None:
+        self._op("replace", path, data)
+        self._publisher.replace(path, data)
+
+    # fsspec primitives
+    def cat_file(self, path: str, start: Any = None, end: Any = None, **kw: Any) -> bytes:
+        self._op("read", path)
+        return bytes(self.fs.cat_file(path, start=start, end=end, **kw))
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kw: Any) -> None:
+        if self.plan.tick(f"write {path}"):
+            if self.plan.partial:
+                try:
+                    self.fs.pipe_file(path, bytes(value)[: len(value) // 2])
+                except Exception:
+                    pass
+            raise self.plan.crash(f"write {path}")
+        self.fs.pipe_file(path, value, mode=mode, **kw)
+
+    def ls(self, path: str, detail: bool = True, **kw: Any) -> Any:
+        self._op("ls", path)
+        return self.fs.ls(path, detail=detail, **kw)
+
+    def info(self, path: str, **kw: Any) -> Any:
+        self._op("info", path)
+        return self.fs.info(path, **kw)
+
+    def exists(self, path: str, **kw: Any) -> bool:
+        self._op("exists", path)
+        return bool(self.fs.exists(path, **kw))
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        self._op("makedirs", path)
+        self.fs.makedirs(path, exist_ok=exist_ok)
+
+    def mkdir(self, path: str, create_parents: bool = True, **kw: Any) -> None:
+        self._op("mkdir", path)
+        self.fs.mkdir(path, create_parents=create_parents, **kw)
+
+    def rm_file(self, path: str) -> None:
+        self._op("rm", path)
+        self.fs.rm_file(path)
+
+    def _rm(self, path: str) -> None:
+        self.rm_file(path)
+
+    def cp_file(self, path1: str, path2: str, **kw: Any) -> None:
+        self._op("cp", path2)
+        self.fs.cp_file(path1, path2, **kw)
+
+    def mv(self, path1: Any, path2: Any, *args: Any, **kw: Any) -> None:
+        self._op("mv", str(path2))
+        self.fs.mv(path1, path2, *args, **kw)
+
+    def _open(self, path: str, mode: str = "rb", **kw: Any) -> Any:
+        self._op(f"open({mode})", path)
+        return self.fs.open(path, mode, **kw)
+
+
+class _FaultyPublisher(Publisher):
+    def __init__(self, inner: Publisher, plan: FaultPlan):
+        self.inner, self.plan, self.fs = inner, plan, inner.fs
+        self.blocking = inner.blocking
+
+    def _op(self, name: str, path: str, data: bytes | None = None) -> None:
+        if self.plan.tick(f"{name} {path}"):
+            if self.plan.partial and data:
+                try:
+                    with open(temp_name_for(path), "wb") as f:
+                        f.write(data[: len(data) // 2])
+                except OSError:
+                    pass
+            raise self.plan.crash(f"{name} {path}")
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        self._op("publish", path, data)
+        return self.inner.publish_if_absent(path, data, durable=durable)
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        self._op("replace", path, data)
+        self.inner.replace(path, data, durable=durable)
+
+    def read(self, path: str) -> bytes | None:
+        self._op("read", path)
+        return self.inner.read(path)
+
+    def ensure_dir(self, path: str) -> None:
+        self._op("ensure_dir", path)
+        self.inner.ensure_dir(path)
+
+    def list_names(self, path: str) -> list[str]:
+        self._op("list", path)
+        return self.inner.list_names(path)
+
+    def delete(self, path: str) -> None:
+        self._op("delete", path)
+        self.inner.delete(path)
+
+
+class _FaultyEventStore:
+    def __init__(self, inner: Any, plan: FaultPlan):
+        self._inner, self._plan = inner, plan
+
+    def publish_if_absent(self, run_id: str, sequence: int, data: bytes, **kw: Any) -> bool:
+        if self._plan.tick(f"sqlite insert {run_id}#{sequence}"):
+            raise self._plan.crash(f"sqlite insert {run_id}#{sequence}")
+        return bool(self._inner.publish_if_absent(run_id, sequence, data, **kw))
+
+    def read_after(self, run_id: str, after: int) -> Any:
+        if self._plan.tick(f"sqlite select {run_id}>{after}"):
+            raise self._plan.crash(f"sqlite select {run_id}")
+        return self._inner.read_after(run_id, after)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
+    """local_world whose storage primitives (SQLite commits and reads, file publication)
+    go through `plan`. A crash leaves the files as a killed process would."""
+    from .world.core import World
+    from .world.local import local_world
+
+    base = local_world(data_dir, **kwargs)
+    # A separate in-process state: the crashed "process" must not share caches or
+    # locks with the World that resumes afterwards.
+    from .world.shared_state import StorageState
+
+    state = StorageState(key=("faulty", data_dir, id(plan)), owner=plan)
+    return World(
+        kind="local(faulty)",
+        files=base.files,
+        data_dir=base.data_dir,
+        events=_FaultyEventStore(base.events, plan),  # type: ignore[arg-type]
+        publisher=_FaultyPublisher(base.publisher, plan),
+        state=state,
+        cross_process_locks=base._cross_process_locks,
+        max_concurrent_steps=base.max_concurrent_steps,
+        host_sources_allowed=True,
+    )
