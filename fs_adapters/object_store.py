@@ -99,16 +99,18 @@ class ObjectStoreLocks:
         }).encode()
 
     def _read(self, path: str) -> tuple[dict[str, Any], str] | None:
-        bucket, key = self._split(path)
+        self.fs.invalidate_cache(path)
         try:
-            resp = self.fs.call_s3("get_object", Bucket=bucket, Key=key)
-            body = resp["Body"].read() if hasattr(resp["Body"], "read") else resp["Body"]
+            # s3fs reads with If-Match on the ETag it saw, so body and ETag agree.
+            with self.fs.open(path, "rb", cache_type="none") as f:
+                etag = f.details["ETag"]
+                body = f.read()
         except FileNotFoundError:
             return None
         try:
-            return json.loads(body), resp["ETag"]
+            return json.loads(body), etag
         except ValueError:
-            return {}, resp["ETag"]
+            return {}, etag
 
     def acquire(self, name: str, label: str) -> str:
         path = self._path(name)
