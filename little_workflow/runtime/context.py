@@ -106,8 +106,10 @@ class RunContext:
     async def append(
         self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
     ) -> Event:
-        if durable and self.world.blocking:
-            # fsync or a network round trip: keep the event loop free for sibling steps.
+        if durable and self.world.blocking and len(asyncio.all_tasks()) > 1:
+            # An fsync or a network round trip: keep the event loop free for the other
+            # tasks (sibling steps). With no other task, the thread hop would only add
+            # latency, so a serial workflow appends inline.
             return await asyncio.to_thread(
                 self.append_sync, type_, payload, idempotency_key=idempotency_key, durable=durable
             )

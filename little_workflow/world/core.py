@@ -23,7 +23,7 @@ from .event_stores import EventStore
 from .ids import (
     canonical_json,
     event_id,
-    find_artifact_refs,
+    ARTIFACT_REF_PREFIX,
     outer_loop_lock_name,
     run_lock_name,
     utc_now_iso,
@@ -41,9 +41,14 @@ class EventPayloadError(LittleWorkflowError, TypeError):
         super().__init__(f"run {run_id}: payload of {type_!r} event is not JSON: {problem}")
 
 
-def frozen_json(value: Any, where: str = "payload") -> Any:
-    """A deep-frozen copy of a JSON value; anything that is not JSON raises TypeError."""
-    if value is None or isinstance(value, (str, bool, int)):
+def frozen_json(value: Any, where: str = "payload", refs: set[str] | None = None) -> Any:
+    """A deep-frozen copy of a JSON value; anything that is not JSON raises TypeError.
+    Collects every `artifact://` string (keys included) into `refs` on the way."""
+    if isinstance(value, str):
+        if refs is not None and value.startswith(ARTIFACT_REF_PREFIX):
+            refs.add(value)
+        return value
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -54,11 +59,24 @@ def frozen_json(value: Any, where: str = "payload") -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise TypeError(f"{where} has a non-string key {k!r}")
-            out[k] = frozen_json(v, f"{where}.{k}")
+            if refs is not None and k.startswith(ARTIFACT_REF_PREFIX):
+                refs.add(k)
+            out[k] = frozen_json(v, where, refs)
         return FrozenDict(out)
     if isinstance(value, (list, tuple)):
-        return FrozenList(frozen_json(v, f"{where}[{i}]") for i, v in enumerate(value))
-    raise TypeError(f"{where} is a {type(value).__name__}, which is not JSON")
+        return FrozenList([frozen_json(v, where, refs) for v in value])
+    raise TypeError(f"{where} holds a {type(value).__name__}, which is not JSON")
+
+
+def _envelope_bytes(event: Event, payload_json: str, type_json: str) -> bytes:
+    """The stored envelope, reusing the payload's one canonical encoding."""
+    key = "null" if event.append_idempotency_key is None else json.dumps(
+        event.append_idempotency_key, ensure_ascii=False)
+    return (
+        f'{{"eventId":"{event.event_id}","runId":"{event.run_id}","sequence":{event.sequence},'
+        f'"type":{type_json},"payload":{payload_json},"createdAt":"{event.created_at}",'
+        f'"appendIdempotencyKey":{key},"requestDigest":"{event.request_digest}"}}'
+    ).encode("utf-8")
 
 
 class World:
@@ -121,12 +139,17 @@ class World:
             raise EventPayloadError(run_id, str(type), "the event type must be a non-empty string")
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
             raise EventPayloadError(run_id, type, "idempotency_key must be a non-empty string")
+        refs: set[str] = set()
         try:
-            frozen = frozen_json(payload)
-            digest_body = canonical_json({"type": type, "payload": frozen})
+            frozen = frozen_json(payload, "payload", refs)
+            payload_json = canonical_json(frozen)
         except (TypeError, ValueError) as e:
             raise EventPayloadError(run_id, type, str(e)) from None
-        digest = "sha256:" + hashlib.sha256(digest_body.encode("utf-8")).hexdigest()
+        type_json = json.dumps(type, ensure_ascii=False)
+        # canonical_json({"type": type, "payload": payload}), built from the one encoding
+        # of the payload ("payload" sorts before "type").
+        digest = "sha256:" + hashlib.sha256(
+            f'{{"payload":{payload_json},"type":{type_json}}}'.encode("utf-8")).hexdigest()
         ledger = self._loaded_ledger(run_id)
         with ledger.lock:
             # 1. receipt lookup
@@ -135,36 +158,19 @@ class World:
                 if found is not None:
                     return found
             # 2. artifact-reference validation
-            for ref in find_artifact_refs(frozen):
+            for ref in refs:
                 self.artifacts.require(ref)
             # 3. sequence allocation
             while True:
                 sequence = ledger.last_sequence + 1
-                envelope = {
-                    "eventId": event_id(run_id, sequence),
-                    "runId": run_id,
-                    "sequence": sequence,
-                    "type": type,
-                    "payload": frozen,
-                    "createdAt": utc_now_iso(),
-                    "appendIdempotencyKey": idempotency_key,
-                    "requestDigest": digest,
-                }
-                data = json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode()
+                event = Event(event_id(run_id, sequence), run_id, sequence, type, frozen,
+                              utc_now_iso(), idempotency_key, digest)
+                data = _envelope_bytes(event, payload_json, type_json)
                 if self.events.publish_if_absent(
                     run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
                 ):
                     ledger.note(sequence, idempotency_key, digest)
-                    return Event.model_construct(
-                        event_id=envelope["eventId"],
-                        run_id=run_id,
-                        sequence=sequence,
-                        type=type,
-                        payload=frozen,
-                        created_at=envelope["createdAt"],
-                        append_idempotency_key=idempotency_key,
-                        request_digest=digest,
-                    )
+                    return event
                 # Another writer (another process or host) took this sequence: learn what
                 # it wrote, then look for our receipt again before taking the next one.
                 before = ledger.last_sequence

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
@@ -66,29 +67,32 @@ class _Frozen(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
-class Event(_Frozen):
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One committed event. A frozen slots dataclass rather than a pydantic model: events
+    are made on every append, and `model_construct` alone measured ~10 µs an event —
+    more than the rest of an in-memory append. The payload is deep-frozen."""
+
     event_id: str
     run_id: str
     sequence: int
     type: str
     payload: Any
     created_at: str
-    append_idempotency_key: str | None = None
+    append_idempotency_key: str | None
     request_digest: str
 
     @classmethod
     def from_envelope(cls, envelope: dict[str, Any]) -> "Event":
-        # model_construct: envelopes are built by the World core or read back from storage
-        # that was already checked, and validation would cost more than the append itself.
-        return cls.model_construct(
-            event_id=envelope["eventId"],
-            run_id=envelope["runId"],
-            sequence=envelope["sequence"],
-            type=envelope["type"],
-            payload=freeze(envelope["payload"]),
-            created_at=envelope["createdAt"],
-            append_idempotency_key=envelope.get("appendIdempotencyKey"),
-            request_digest=envelope["requestDigest"],
+        return cls(
+            envelope["eventId"],
+            envelope["runId"],
+            envelope["sequence"],
+            envelope["type"],
+            freeze(envelope["payload"]),
+            envelope["createdAt"],
+            envelope.get("appendIdempotencyKey"),
+            envelope["requestDigest"],
         )
 
     def to_envelope(self) -> dict[str, Any]:
