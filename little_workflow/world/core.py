@@ -23,6 +23,7 @@ from .event_stores import EventStore
 from .ids import (
     canonical_json,
     event_id,
+    json_string,
     ARTIFACT_REF_PREFIX,
     outer_loop_lock_name,
     run_lock_name,
@@ -145,7 +146,7 @@ class World:
             payload_json = canonical_json(frozen)
         except (TypeError, ValueError) as e:
             raise EventPayloadError(run_id, type, str(e)) from None
-        type_json = json.dumps(type, ensure_ascii=False)
+        type_json = json_string(type)
         # canonical_json({"type": type, "payload": payload}), built from the one encoding
         # of the payload ("payload" sorts before "type").
         digest = "sha256:" + hashlib.sha256(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -37,7 +38,19 @@ def content_hash(obj: Any) -> str:
 
 
 def event_id(run_id: str, sequence: int) -> str:
-    return "evt_" + sha256_hex(canonical_json({"runId": run_id, "sequence": sequence}))[:32]
+    if RUN_ID_RE.fullmatch(run_id):
+        # The same bytes as canonical_json({"runId": …, "sequence": …}) for a valid run id
+        # (nothing in it needs escaping), without an encoder call on every append.
+        body = f'{{"runId":"{run_id}","sequence":{int(sequence)}}}'
+    else:
+        body = canonical_json({"runId": run_id, "sequence": sequence})
+    return "evt_" + sha256_hex(body)[:32]
+
+
+@functools.lru_cache(maxsize=256)
+def json_string(value: str) -> str:
+    """JSON encoding of a short, often repeated string (event types)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def request_digest(type_: str, payload: Any) -> str:

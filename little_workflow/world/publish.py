@@ -188,7 +188,8 @@ class MemoryPublisher(Publisher):
 
     def read(self, path: str) -> bytes | None:
         f = self.fs.store.get(self._key(path))
-        return None if f is None else bytes(f.getbuffer())
+        # getvalue() hands back the stored bytes without the copy getbuffer() would make.
+        return None if f is None else f.getvalue()
 
     def ensure_dir(self, path: str) -> None:
         return None  # memory files need no parent directories

@@ -1,0 +1,253 @@
+"""little-workflow vs DBOS 3.x and LangGraph, side by side in one run.
+
+    pip install -e ".[bench]" && python benchmarks/run.py
+
+Prints one table of ratios (medians of REPS repetitions), writes benchmarks/RESULTS.md
+and benchmarks/per_step_cost.png (per-step cost against step number, vs DBOS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import functools
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+import little_workflow as lw  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    bare_sqlite_commit_us,
+    make_world,
+    median,
+    per_step_us,
+    step_timestamps,
+)
+from benchmarks.langgraph_side import per_node_us  # noqa: E402
+
+REPS = int(os.environ.get("LW_BENCH_REPS", "3"))
+P1_STEPS = 1000
+LONG_RUN = 10_000
+ENV = {**os.environ, "PYTHONPATH": ROOT}
+
+
+def sub(script: str, *args: Any, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(HERE, script), *map(str, args)],
+                          env=ENV, capture_output=True, text=True, check=check, timeout=1800)
+
+
+def dbos_stamps(mode: str, n: int) -> list[float]:
+    out = tempfile.mktemp(suffix=".json")
+    sub("dbos_side.py", "steps", mode, n, out)
+    with open(out) as f:
+        return json.load(f)
+
+
+def lw_step_us(kind: str, n: int) -> float:
+    stamps = step_timestamps(make_world(kind), n)
+    return per_step_us(stamps, 1, n)
+
+
+def recovery_per_step_us(side: str, mode: str, n: int) -> float:
+    """(time to resume a run with n completed steps − time with 0) / n, from copies of one
+    prepared data dir per size, REPS recoveries each."""
+    def prepare(steps: int) -> str:
+        d = tempfile.mkdtemp(prefix=f"lwb-rec-{side}-")
+        if side == "dbos":
+            sub("dbos_side.py", "prepare", mode, steps, d, check=False)  # ends by SIGKILL
+        else:
+            sub("lw_side.py", "prepare", steps, os.path.join(d, "data"), check=False)
+        return d
+
+    def recover(prepared: str, steps: int) -> float:
+        times = []
+        for _ in range(REPS):
+            d = tempfile.mkdtemp(prefix="lwb-copy-")
+            shutil.rmtree(d)
+            shutil.copytree(prepared, d)
+            out = os.path.join(d, "out.json")
+            if side == "dbos":
+                sub("dbos_side.py", "recover", mode, d, out)
+            else:
+                sub("lw_side.py", "recover", steps, os.path.join(d, "data"), out)
+            with open(out) as f:
+                times.append(json.load(f)["seconds"])
+        return median(times)
+
+    full, empty = prepare(n), prepare(0)
+    return (recover(full, n) - recover(empty, 0)) / n * 1e6
+
+
+def parallel_rate(kind: str, n: int = 1000, cap: int | None = 8) -> float:
+    world = make_world(kind)
+
+    async def noop() -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    @lw.workflow(id="bench-parallel")
+    async def wf(ctx: lw.RunContext, input: Any) -> int:
+        if input["parallel"]:
+            return sum(await ctx.parallel("g", [noop] * n, max_concurrency=cap))
+        return sum([await ctx.step(f"s{i}", noop) for i in range(n)])
+
+    t = time.perf_counter()
+    lw.run_workflow(wf, {"parallel": cap is not None}, world=world)
+    return n / (time.perf_counter() - t)
+
+
+def artifact_vs_hash(kind: str, size: int = 64 * 2**20) -> tuple[float, float]:
+    import hashlib
+
+    data = os.urandom(size)
+    world = make_world(kind)
+    hash_s = median([_time(lambda: hashlib.sha256(data).hexdigest()) for _ in range(REPS)])
+    times = []
+    for i in range(REPS):
+        def write_read() -> None:
+            m = world.write_artifact("run_bench_art", f"s{i}", "blob", data,
+                                     content_type="application/octet-stream", encoding="binary")
+            assert len(world.read_artifact(m.artifact_ref)) == size
+
+        times.append(_time(write_read))
+    return hash_s, median(times)
+
+
+def _time(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    started = time.time()
+    rows: list[tuple[str, str, str, str]] = []
+
+    def row(name: str, measured: str, ratio: float | None, goal: str) -> None:
+        verdict = "" if ratio is None else f"{ratio:.2f}×"
+        rows.append((name, measured, verdict, goal))
+        print(f"  {name}: {measured} {verdict} (goal {goal})", flush=True)
+
+    print("P1 per-step durable overhead (local_world vs DBOS on SQLite, LangGraph SqliteSaver)")
+    lw_local = median([lw_step_us("local_world", P1_STEPS) for _ in range(REPS)])
+    dbos_wal = median([per_step_us(dbos_stamps("wal", P1_STEPS), 1, P1_STEPS) for _ in range(REPS)])
+    dbos_rb = median([per_step_us(dbos_stamps("rollback", P1_STEPS), 1, P1_STEPS) for _ in range(REPS)])
+    lg_sqlite = median([per_node_us("sqlite", 300) for _ in range(REPS)])
+    bare = median([bare_sqlite_commit_us() for _ in range(REPS)])
+    row("P1 local_world / DBOS (SQLite WAL, synchronous=FULL)",
+        f"{lw_local:.0f} µs vs {dbos_wal:.0f} µs", lw_local / dbos_wal, "≤ 0.33×")
+    row("P1 local_world / DBOS (SQLite as shipped, rollback journal)",
+        f"{lw_local:.0f} µs vs {dbos_rb:.0f} µs", lw_local / dbos_rb, "≤ 0.33×")
+    row("P1 local_world / LangGraph SqliteSaver (per node)",
+        f"{lw_local:.0f} µs vs {lg_sqlite:.0f} µs", lw_local / lg_sqlite, "—")
+    row("P1 local_world / one bare SQLite WAL commit (FULL)",
+        f"{lw_local:.0f} µs vs {bare:.0f} µs", lw_local / bare, "≤ 2×")
+
+    print("P2 per-step overhead, memory virtual_world vs LangGraph InMemorySaver")
+    lw_mem = median([lw_step_us("memory", 2000) for _ in range(REPS)])
+    lg_mem = median([per_node_us("memory", 300) for _ in range(REPS)])
+    row("P2 memory virtual_world / LangGraph InMemorySaver", f"{lw_mem:.0f} µs vs {lg_mem:.0f} µs",
+        lw_mem / lg_mem, "≤ 0.5× (and ≤ 100 µs)")
+
+    print(f"P3 history independence: steps 9,901–10,000 / steps 1–100 ({LONG_RUN:,}-step runs)")
+    curves: dict[str, list[float]] = {}
+    for kind in ("memory", "local-file", "local_world"):
+        ratios, firsts, lasts = [], [], []
+        for _ in range(REPS):
+            stamps = step_timestamps(make_world(kind), LONG_RUN)
+            first, last = per_step_us(stamps, 1, 100), per_step_us(stamps, LONG_RUN - 99, LONG_RUN)
+            firsts.append(first)
+            lasts.append(last)
+            ratios.append(last / first)
+            if kind == "local_world":
+                curves["little-workflow local_world"] = stamps
+        row(f"P3 {kind}", f"{median(firsts):.0f} → {median(lasts):.0f} µs", median(ratios), "≤ 1.2×")
+    curves["DBOS (SQLite WAL)"] = dbos_stamps("wal", LONG_RUN)
+
+    print(f"P4 resume: replay cost per completed step ({LONG_RUN:,}-step run) vs DBOS recovery")
+    lw_rec = recovery_per_step_us("lw", "", LONG_RUN)
+    dbos_rec_wal = recovery_per_step_us("dbos", "wal", LONG_RUN)
+    row("P4 local_world resume / DBOS recovery (WAL)",
+        f"{lw_rec:.1f} µs vs {dbos_rec_wal:.1f} µs per step", lw_rec / dbos_rec_wal, "≤ 0.2×")
+    dbos_rec_rb = recovery_per_step_us("dbos", "rollback", LONG_RUN)
+    row("P4 local_world resume / DBOS recovery (rollback journal)",
+        f"{lw_rec:.1f} µs vs {dbos_rec_rb:.1f} µs per step", lw_rec / dbos_rec_rb, "≤ 0.2×")
+
+    print("P5 64 MiB artifact write + read vs hashlib.sha256 over the same bytes")
+    for kind in ("memory", "local_world"):
+        hash_s, art_s = artifact_vs_hash(kind)
+        row(f"P5 {kind} (hash rate / artifact rate)",
+            f"sha256 {64 / hash_s:.0f} MiB/s, write+read {64 / art_s:.0f} MiB/s", hash_s / art_s, "≥ 0.4×")
+
+    print("Parallel groups: 1,000 no-op steps, max_concurrency 8, vs serial")
+    for kind in ("memory", "local_world"):
+        par = median([parallel_rate(kind) for _ in range(REPS)])
+        ser = median([parallel_rate(kind, cap=None) for _ in range(REPS)])
+        row(f"parallel {kind} (steps/s parallel / serial)", f"{par:.0f} vs {ser:.0f} steps/s",
+            par / ser, "—")
+
+    write_results(rows, started)
+    chart(curves)
+
+
+def write_results(rows: list[tuple[str, str, str, str]], started: float) -> None:
+    import dbos  # noqa: F401
+    from importlib.metadata import version
+
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Measured {datetime.date.today().isoformat()} by `python benchmarks/run.py` on "
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"SQLite {__import__('sqlite3').sqlite_version}; DBOS {version('dbos')}, "
+        f"LangGraph {version('langgraph')}, langgraph-checkpoint-sqlite "
+        f"{version('langgraph-checkpoint-sqlite')}. Medians of {REPS} repetitions, every ratio "
+        f"measured side by side in the same run ({time.time() - started:.0f} s in all).",
+        "",
+        "| measure | measured | ratio | goal |",
+        "|---|---|---|---|",
+        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
+        "",
+        "![per-step cost against step number](per_step_cost.png)",
+        "",
+    ]
+    with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+def chart(curves: dict[str, list[float]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    window = 100
+    for label, stamps in curves.items():
+        xs, ys = [], []
+        for start in range(1, len(stamps) - window + 1, window):
+            xs.append(start + window // 2)
+            ys.append(per_step_us(stamps, start, start + window - 1))
+        ax.plot(xs, ys, label=label)
+    ax.set_xlabel("step number")
+    ax.set_ylabel(f"µs per step (mean over {window} steps)")
+    ax.set_title("Per-step durable cost against step number")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(HERE, "per_step_cost.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()
