@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import functools
 import json
 import os
 import platform
@@ -114,7 +113,7 @@ def artifact_vs_hash(kind: str, size: int = 64 * 2**20) -> tuple[float, float]:
     hash_s = median([_time(lambda: hashlib.sha256(data).hexdigest()) for _ in range(REPS)])
     times = []
     for i in range(REPS):
-        def write_read() -> None:
+        def write_read(i: int = i) -> None:
             m = world.write_artifact("run_bench_art", f"s{i}", "blob", data,
                                      content_type="application/octet-stream", encoding="binary")
             assert len(world.read_artifact(m.artifact_ref)) == size
@@ -201,8 +200,9 @@ def main() -> None:
 
 
 def write_results(rows: list[tuple[str, str, str, str]], started: float) -> None:
-    import dbos  # noqa: F401
     from importlib.metadata import version
+
+    import dbos  # noqa: F401
 
     lines = [
         "# Benchmark results",

@@ -25,6 +25,8 @@ from .errors import (
 )
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
+from .runtime.outer_loop import Continue, Done
+from .runtime.pipeline import arun_pipeline, run_pipeline
 from .runtime.runner import (
     areplay_run,
     arun_workflow,
@@ -32,13 +34,9 @@ from .runtime.runner import (
     replay_run,
     run_workflow,
 )
-from .runtime.outer_loop import Continue, Done
-from .runtime.pipeline import arun_pipeline, run_pipeline
 from .runtime.state import RunResult, RunState, StepState
 from .runtime.steps import Retry, StepInfo, current_step
 from .runtime.workflow import Workflow, workflow
-from .world.memory_store import MemoryReadOnlyError, MemoryStore
-from .world.verify import VerifyReport, verify_world
 from .world import (
     ArtifactManifest,
     Event,
@@ -48,6 +46,8 @@ from .world import (
     tracing_world,
     virtual_world,
 )
+from .world.memory_store import MemoryReadOnlyError, MemoryStore
+from .world.verify import VerifyReport, verify_world
 
 __version__ = "0.1.0"
 

@@ -13,11 +13,11 @@ import threading
 import uuid
 
 import pytest
+from conftest import private_memory
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 import little_workflow as lw
-from conftest import private_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import private_memory
 
 import little_workflow as lw
-from conftest import private_memory
 
 
 def snapshot(fs) -> dict[str, bytes]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import private_memory
 from fsspec.implementations.dirfs import DirFileSystem
 
 import little_workflow as lw
-from conftest import private_memory
 
 
 @pytest.fixture(params=["memory", "local-fsspec", "dirfs-memory", "local_world"])

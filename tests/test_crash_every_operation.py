@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import functools
 
-import little_workflow as lw
 from conftest import private_memory
+
+import little_workflow as lw
 from little_workflow.testing import FaultPlan, FaultyFileSystem, SimulatedCrash, faulty_local_world
 
 LEDGER: list[str] = []
@@ -79,10 +80,19 @@ def crash_then_resume(make_faulty, make_fresh, index: int, partial: bool) -> tup
     return crashed, problems
 
 
-def count_operations(make_faulty) -> int:
+def crash_everywhere(label, make_faulty, make_fresh) -> None:
+    """Count the reference run's storage operations, then crash at each one in turn."""
     plan = FaultPlan(crash_at=None)
     assert run_reference(make_faulty(plan)) == EXPECTED
-    return plan.count
+    total = plan.count
+    problems, resumed = [], 0
+    for index in range(1, total + 1):
+        crashed, found = crash_then_resume(make_faulty, make_fresh, index, partial=index % 2 == 0)
+        assert crashed
+        problems += found
+        resumed += not found
+    print(f"\n{label}: {total} crash points, {resumed} resumed correctly")
+    assert problems == [] and resumed == total
 
 
 def test_crash_at_every_operation_virtual_world():
@@ -96,15 +106,7 @@ def test_crash_at_every_operation_virtual_world():
     def make_fresh():
         return lw.virtual_world(stores["last"], "/wf")
 
-    total = count_operations(make_faulty)
-    problems, resumed = [], 0
-    for index in range(1, total + 1):
-        crashed, found = crash_then_resume(make_faulty, make_fresh, index, partial=index % 2 == 0)
-        assert crashed
-        problems += found
-        resumed += not found
-    print(f"\nvirtual_world: {total} crash points, {resumed} resumed correctly")
-    assert problems == [] and resumed == total
+    crash_everywhere("virtual_world", make_faulty, make_fresh)
 
 
 def test_crash_at_every_operation_local_world(tmp_path):
@@ -118,12 +120,4 @@ def test_crash_at_every_operation_local_world(tmp_path):
     def make_fresh():
         return lw.local_world(dirs[-1])
 
-    total = count_operations(make_faulty)
-    problems, resumed = [], 0
-    for index in range(1, total + 1):
-        crashed, found = crash_then_resume(make_faulty, make_fresh, index, partial=index % 2 == 1)
-        assert crashed
-        problems += found
-        resumed += not found
-    print(f"\nlocal_world: {total} crash points, {resumed} resumed correctly")
-    assert problems == [] and resumed == total
+    crash_everywhere("local_world", make_faulty, make_fresh)

@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-import little_workflow as lw
 from conftest import private_memory
+
+import little_workflow as lw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

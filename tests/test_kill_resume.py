@@ -9,9 +9,8 @@ import math
 import os
 import random
 
-import pytest
-
 import crash_child
+import pytest
 from crashes import kill_and_resume
 
 ALL_STEPS = ({f"serial-{i}" for i in range(crash_child.SERIAL)}

@@ -10,9 +10,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import crash_scenarios
+import pytest
 from crashes import TESTS, child_env, read_ledger
 
 

@@ -13,9 +13,9 @@ import sys
 import time
 
 import pytest
+from crashes import ROOT, TESTS
 
 import little_workflow as lw
-from crashes import ROOT, TESTS
 
 
 def child(*args: str, **kw) -> subprocess.Popen:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import private_memory
 
 import little_workflow as lw
-from conftest import private_memory
 
 
 @pytest.fixture(params=["memory", "local_world"])

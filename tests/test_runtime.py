@@ -8,10 +8,10 @@ import threading
 import time
 
 import pytest
+from conftest import private_memory
 from pydantic import BaseModel
 
 import little_workflow as lw
-from conftest import private_memory
 
 
 @pytest.fixture(params=["memory", "local-fsspec", "local_world"])

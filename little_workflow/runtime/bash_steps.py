@@ -104,9 +104,8 @@ def build_filesystem(ctx: "RunContext", step_path: str, mounts: dict[str, Any] |
     root.mount("/run", FsspecBashFS(files, folder(world.path("runs", ctx.run_id, "scratch"))))
     root.mount("/memory/org", ReadOnlyBashFS(FsspecBashFS(files, memory.org.root), "/memory/org"))
     for name in ("pipeline", "workflow"):
-        store = getattr(memory, name)
-        root.mount(f"/memory/{name}", FsspecBashFS(files, store.root,
-                                                   on_write=lambda p, d, s=store: s._on_write(p, d)))
+        store = getattr(memory, name)  # its on_write journals memory.written
+        root.mount(f"/memory/{name}", FsspecBashFS(files, store.root, on_write=store._on_write))
     for name, source in ctx.workflow.skills.items():
         root.mount(f"/skills/{name}", ReadOnlyBashFS(_skill_fs(world, source), f"/skills/{name}"))
     for at, mount in (mounts or {}).items():

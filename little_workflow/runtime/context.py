@@ -20,7 +20,15 @@ from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
 from ..world.models import Event, thaw
 from .state import RunLog, StepRecord
-from .steps import NO_RETRY, Retry, StepInfo, call_step_fn, error_record, set_current
+from .steps import (
+    NO_RETRY,
+    Retry,
+    StepInfo,
+    call_step_fn,
+    error_record,
+    reset_current,
+    set_current,
+)
 from .values import to_json_value
 
 #: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
@@ -82,6 +90,7 @@ class RunContext:
         self._log_lock = threading.Lock()
         self._memory: Any = None
         self._plans: Any = None
+        self._calls = 0  # sub-workflow calls made so far (pipelines)
 
     @property
     def workflow_id(self) -> str:
@@ -223,7 +232,7 @@ class RunContext:
                     continue
                 raise StepFailedError(self.run_id, path, error_record(e)) from e
             finally:
-                set_current_reset(token)
+                reset_current(token)
             payload: dict[str, Any] = {"stepPath": path, "attempt": attempt}
             encoded_size = len(canonical_json(value)) if not _is_small_scalar(value) else 0
             if encoded_size > INLINE_OUTPUT_LIMIT:
@@ -317,12 +326,6 @@ class RunContext:
         from .bash_steps import run_bash_step
 
         return await run_bash_step(self, path, script, **options)
-
-
-def set_current_reset(token: contextvars.Token[Any]) -> None:
-    from .steps import _current
-
-    _current.reset(token)
 
 
 def _is_small_scalar(value: Any) -> bool:

@@ -46,8 +46,8 @@ async def call_workflow(ctx: "RunContext", name: str, input: Any) -> Any:
     available = dict(pipeline.workflows) if pipeline else {}
     if name not in available:
         raise UnknownWorkflowError(name, list(available))
-    index = getattr(ctx, "_calls", 0)
-    ctx._calls = index + 1  # type: ignore[attr-defined]
+    index = ctx._calls
+    ctx._calls += 1
     call_path = f"call-{index}-{name}"
     recorded = ctx.log.sub_runs.get(call_path)
     if recorded is not None and recorded.get("status") == "succeeded":

@@ -14,9 +14,8 @@ from ..errors import (
     WorkflowFailedError,
 )
 from ..world.core import World, frozen_json
-from ..world.ids import content_hash, new_run_id, validate_run_id
+from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
-from ..world.ids import canonical_json
 from .context import INLINE_OUTPUT_LIMIT, RunContext
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record

@@ -96,8 +96,8 @@ class RunLog:
                 self.sub_runs.setdefault(call_path, {}).update(status="succeeded", result=p.get("result"))
         elif t == "harness.tool_call.started":
             call_path = p.get("callPath")
-            args = p.get("args") if isinstance(p.get("args"), dict) else {}
-            if isinstance(call_path, str) and "subRunId" in args:
+            args = p.get("args")
+            if isinstance(call_path, str) and isinstance(args, dict) and "subRunId" in args:
                 self.sub_runs.setdefault(call_path, {}).update(
                     subRunId=args["subRunId"], status="started", name=p.get("name")
                 )

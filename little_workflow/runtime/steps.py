@@ -149,6 +149,10 @@ def set_current(info: StepInfo | None) -> contextvars.Token[StepInfo | None]:
     return _current.set(info)
 
 
+def reset_current(token: contextvars.Token[StepInfo | None]) -> None:
+    _current.reset(token)
+
+
 async def call_step_fn(fn: Callable[..., Any], args: tuple[Any, ...], *, threaded: bool) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(*args)

@@ -146,7 +146,8 @@ class ArtifactStore:
             doc = json.loads(raw)
             manifest = ArtifactManifest.model_validate(doc)
         except ValueError as e:
-            raise ArtifactManifestCorruptError(artifact_ref(aid), path, str(e).splitlines()[0])
+            raise ArtifactManifestCorruptError(
+                artifact_ref(aid), path, str(e).splitlines()[0]) from None
         expected = artifact_id(
             manifest.run_id,
             manifest.step_path,

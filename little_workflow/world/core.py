@@ -21,10 +21,10 @@ from ..errors import (
 from .artifacts import ArtifactStore
 from .event_stores import EventStore
 from .ids import (
+    ARTIFACT_REF_PREFIX,
     canonical_json,
     event_id,
     json_string,
-    ARTIFACT_REF_PREFIX,
     outer_loop_lock_name,
     run_lock_name,
     utc_now_iso,

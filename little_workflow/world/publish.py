@@ -41,9 +41,12 @@ class Publisher(ABC):
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
         """Make `path` hold `data`; False (and nothing changed) if `path` already exists."""
 
-    @abstractmethod
     def read(self, path: str) -> bytes | None:
         """The bytes at `path`, or None when there is no such file."""
+        try:
+            return bytes(self.fs.cat_file(path))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         """Atomically make `path` hold `data`, overwriting (mutable documents: manifests
@@ -236,12 +239,6 @@ class ChainedPublisher(Publisher):
             self.ensure_dir(path.rsplit("/", 1)[0])
             self.write_temp_then_move(path, data)
 
-    def read(self, path: str) -> bytes | None:
-        try:
-            return bytes(self.fs.cat_file(path))
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
-
 
 class DelegatingPublisher(Publisher):
     """A filesystem that brings its own `publish_if_absent(path, data)` (our adapters)."""
@@ -260,12 +257,6 @@ class DelegatingPublisher(Publisher):
             self.fs.replace_atomic(path, data)
         else:
             super().replace(path, data, durable=durable)
-
-    def read(self, path: str) -> bytes | None:
-        try:
-            return bytes(self.fs.cat_file(path))
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
 
 
 class PrefixedPublisher(Publisher):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LittleWorkflowError
-from .ids import RUN_ID_RE, find_artifact_refs
+from .ids import RUN_ID_RE, event_id, find_artifact_refs, request_digest
 
 
 @dataclass
@@ -56,8 +56,6 @@ def verify_world(world: Any) -> VerifyReport:
                 env = json.loads(raw or b"")
                 if env.get("sequence") != seq or env.get("runId") != run_id:
                     raise ValueError(f"holds run {env.get('runId')!r} sequence {env.get('sequence')}")
-                from .ids import event_id, request_digest
-
                 if env.get("eventId") != event_id(run_id, seq):
                     raise ValueError("eventId does not derive from run id and sequence")
                 if env.get("requestDigest") != request_digest(env.get("type"), env.get("payload")):
