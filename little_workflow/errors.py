@@ -93,11 +93,22 @@ class WorkflowFailedError(LittleWorkflowError):
         super().__init__(f"run {run_id} failed: {error.get('type')}: {error.get('message')}")
 
 
+class OutputSchemaError(WorkflowFailedError, SchemaValidationError):
+    """A run's output failed its output schema: the run failed (WorkflowFailedError), and
+    the reason is a schema violation (SchemaValidationError) — catch either."""
+
+    def __init__(self, run_id: str, cause: SchemaValidationError):
+        self.run_id, self.cause, self.__cause__ = run_id, cause, cause
+        self.error = {"type": "SchemaValidationError", "message": str(cause)}
+        self.what, self.message, self.json_path = cause.what, cause.message, cause.json_path
+        Exception.__init__(self, f"run {run_id} failed: {cause}")
+
+
 class FatalError(LittleWorkflowError):
     """Raise from a step to fail it at once, without retries."""
 
 
-class StepError(LittleWorkflowError):
+class StepError(LittleWorkflowError, ValueError):
     """A step could not be executed as asked (bad path, reused path, bad output)."""
 
     def __init__(self, run_id: str, step_path: str, message: str):

@@ -35,6 +35,7 @@ def test_pipes_redirection_grep_sed_jq(bw):
         a = await ctx.bash("pipes", "grep step /memory/org/runbook.md | sed 's/step/STEP/' > out.txt; "
                                     "cat /scratch/out.txt | wc -l")
         b = await ctx.bash("jq", "jq -r .name /memory/org/config.json")
+        assert b.stdout == b["stdout"] and b.exit_code == 0
         c = await ctx.bash("run", "echo shared > /run/shared.txt && cat /run/shared.txt")
         return [a, b, c]
 

@@ -28,6 +28,7 @@ def test_outer_loop_done_and_manifest_shape(w):
 
     def supervise(cycle, history):
         seen.append((cycle["cycleNumber"], len(history)))
+        assert cycle.output == cycle["output"] and cycle.cycle_number == cycle["cycleNumber"]
         if cycle["output"]["n"] >= 30:
             return lw.Done({"final": cycle["output"]["n"]})
         return lw.Continue({"n": cycle["output"]["n"]})

@@ -275,8 +275,10 @@ def test_schemas_format_ignored_property_named_format_validated(rworld):
         lw.run_workflow(wf, {"format": "xml", "email": "a@b"}, world=rworld, run_id="run_bad_in")
     assert rworld.list_events("run_bad_in") == []
     with pytest.raises(lw.WorkflowFailedError) as info:
-        lw.run_workflow(wf, {"format": "json", "email": "a@b"}, world=rworld)
+        lw.run_workflow(wf, {"format": "json", "email": "a@b"}, world=rworld, run_id="run_bad_out")
     assert isinstance(info.value.cause, lw.SchemaValidationError)
+    assert isinstance(info.value, lw.SchemaValidationError)  # catchable as either
+    assert lw.materialize_run_state(rworld, "run_bad_out").status == "failed"
 
 
 def test_bad_run_ids_write_nothing(rworld):

@@ -212,3 +212,6 @@ def test_tracing_world_keeps_files_and_reports(world):
     traced.list_events(RUN)
     assert calls == ["append_event", "list_events"]
     assert world.list_events(RUN)[0].sequence == 1
+    names = []
+    lw.tracing_world(world, names.append).write_artifact(RUN, "s", "n", {"a": 1})
+    assert names == ["write_artifact"]  # a one-argument callback gets the method name

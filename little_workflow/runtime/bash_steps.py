@@ -120,6 +120,22 @@ def build_filesystem(ctx: "RunContext", step_path: str, mounts: dict[str, Any] |
     return root
 
 
+class BashResult(dict):  # type: ignore[type-arg]
+    """{"stdout", "stderr", "exitCode"} — also `.stdout`, `.stderr`, `.exit_code`."""
+
+    @property
+    def stdout(self) -> str:
+        return str(self["stdout"])
+
+    @property
+    def stderr(self) -> str:
+        return str(self["stderr"])
+
+    @property
+    def exit_code(self) -> int:
+        return int(self["exitCode"])
+
+
 async def run_bash_step(
     ctx: "RunContext",
     path: str,
@@ -128,7 +144,7 @@ async def run_bash_step(
     env: dict[str, str] | None = None,
     limits: Any = None,
     network: Any = None,
-) -> dict[str, Any]:
+) -> BashResult:
     """Run `script` in just-bash; returns {"stdout", "stderr", "exitCode"}, recorded as
     step `path`, so a resumed run does not run it again."""
     try:
@@ -151,4 +167,4 @@ async def run_bash_step(
                     "exitCode": 124}
         return {"stdout": result.stdout, "stderr": result.stderr, "exitCode": result.exit_code}
 
-    return await ctx.step(path, execute)
+    return BashResult(await ctx.step(path, execute))

@@ -15,6 +15,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
+from pydantic.alias_generators import to_camel
+
 from ..errors import InputMismatchError, RunLockedError, WorkflowFailedError
 from ..world.ids import content_hash, sha256_hex, validate_name
 from ..world.models import thaw
@@ -56,8 +58,19 @@ def _cycle_run_id(outer_loop_id: str, cycle: int) -> str:
     return f"run_ol_{sha256_hex(outer_loop_id)[:16]}_{cycle}"
 
 
+class CycleRecord(dict):  # type: ignore[type-arg]
+    """A cycle as the supervisor sees it: a dict with the manifest's camelCase keys
+    (`cycle["output"]`), also readable as attributes (`cycle.output`, `cycle.cycle_number`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        for key in (name, to_camel(name)):
+            if key in self:
+                return self[key]
+        raise AttributeError(name)
+
+
 async def _decide(supervise: Callable[..., Any], cycle: dict[str, Any], history: list[dict[str, Any]]) -> Any:
-    decision = supervise(cycle, history)
+    decision = supervise(CycleRecord(cycle), [CycleRecord(c) for c in history])
     if inspect.isawaitable(decision):
         decision = await decision
     if not isinstance(decision, (Done, Continue)):

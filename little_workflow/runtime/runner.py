@@ -9,6 +9,7 @@ from typing import Any, Callable, Coroutine, TypeVar
 from ..errors import (
     InputMismatchError,
     LittleWorkflowError,
+    OutputSchemaError,
     ReplayDivergenceError,
     SchemaValidationError,
     WorkflowFailedError,
@@ -152,6 +153,8 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
         await ctx.append("run.failed", {"error": error_record(e)})
+        if isinstance(e, SchemaValidationError):
+            raise OutputSchemaError(run_id, e) from e
         raise WorkflowFailedError(run_id, e, error_record(e)) from e
     payload: dict[str, Any] = {}
     if output is not None and len(canonical_json(output)) > INLINE_OUTPUT_LIMIT:

@@ -300,11 +300,19 @@ class World:
 
     # ---- memory -----------------------------------------------------------------------
 
-    def memory(self, scope: str, key: str | None = None) -> Any:
+    def memory(
+        self,
+        scope: str,
+        key: str | None = None,
+        *,
+        workflow_id: str | None = None,
+        pipeline_key: str | None = None,
+    ) -> Any:
         """A memory store: `world.memory("org")`, `world.memory("workflow", workflow_id)`,
         `world.memory("pipeline", pipeline_key)`. Writable from here (pre-populating)."""
         from .memory_store import MemoryStore
 
+        key = key or workflow_id or pipeline_key
         if scope != "org" and key is None:
             raise ValueError(f"memory scope {scope!r} needs a key (workflow id or pipeline key)")
         return MemoryStore(self, scope, key)

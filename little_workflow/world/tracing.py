@@ -2,48 +2,49 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
-from .core import World
 
-TRACED = (
-    "append_event",
-    "list_events",
-    "read_event",
-    "list_runs",
-    "write_artifact",
-    "read_artifact",
-    "read_artifact_manifest",
-    "list_artifacts",
-)
+def _reporter(on_call: Callable[..., Any]) -> Callable[[str, tuple, dict], Any]:
+    """Accept `on_call(name)` as well as `on_call(name, args, kwargs)`."""
+    try:
+        params = inspect.signature(on_call).parameters.values()
+    except (TypeError, ValueError):
+        return on_call
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) == 1 and not any(p.kind == p.VAR_POSITIONAL for p in params):
+        return lambda name, args, kwargs: on_call(name)
+    return on_call
 
 
 class TracingWorld:
-    """Wraps a World; each traced call is reported as `on_call(name, args, kwargs)` before it
-    runs. Everything else (files, data_dir, locks, shared state) is the wrapped World's,
-    so locks and write chains stay keyed the same."""
+    """Wraps a World; each call of a public World method is reported as
+    `on_call(name, args, kwargs)` before it runs. Everything else (files, data_dir, locks,
+    shared state) is the wrapped World's, so locks and write chains stay keyed the same."""
 
-    def __init__(self, world: World, on_call: Callable[[str, tuple, dict], Any]):
+    def __init__(self, world: Any, on_call: Callable[..., Any]):
         self._world = world
-        self._on_call = on_call
+        self._report = _reporter(on_call)
 
     @property
-    def wrapped(self) -> World:
+    def wrapped(self) -> Any:
         return self._world
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._world, name)
-        if name in TRACED and callable(attr):
-            def traced(*args: Any, **kwargs: Any) -> Any:
-                self._on_call(name, args, kwargs)
-                return attr(*args, **kwargs)
+        if name.startswith("_") or not callable(attr) or not inspect.ismethod(attr):
+            return attr
 
-            return traced
-        return attr
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            self._report(name, args, kwargs)
+            return attr(*args, **kwargs)
+
+        return traced
 
     def __repr__(self) -> str:
         return f"<TracingWorld {self._world!r}>"
 
 
-def tracing_world(world: Any, on_call: Callable[[str, tuple, dict], Any]) -> Any:
+def tracing_world(world: Any, on_call: Callable[..., Any]) -> Any:
     return TracingWorld(world, on_call)
