@@ -145,3 +145,36 @@ def test_two_spellings_of_one_dir_serialize(tmp_path):
         with pytest.raises(lw.RunLockedError):
             with b.run_lock("run_same"):
                 pass
+
+
+def test_two_processes_append_to_one_run(tmp_path):
+    data = str(tmp_path / "d")
+    lw.local_world(data)
+    writers = [child("append", data, "200") for _ in range(2)]
+    for w in writers:
+        out, err = w.communicate(timeout=120)
+        assert "APPENDED" in out, err
+    events = lw.local_world(data).list_events("run_busy")
+    assert [e.sequence for e in events] == list(range(1, 401))
+    assert sorted(e.payload["i"] for e in events) == sorted(list(range(200)) * 2)
+
+
+def test_group_commit_keeps_every_run_contiguous(tmp_path):
+    import threading
+
+    world = lw.local_world(str(tmp_path / "d"))
+
+    def append(i):
+        for j in range(60):
+            world.append_event(f"run_g{i % 4}", "t", {"writer": i, "j": j})
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fresh = lw.local_world(str(tmp_path / "d"))
+    for r in range(4):
+        events = fresh.list_events(f"run_g{r}")
+        assert [e.sequence for e in events] == list(range(1, 121))
+        assert len({(e.payload["writer"], e.payload["j"]) for e in events}) == 120

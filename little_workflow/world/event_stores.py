@@ -10,6 +10,7 @@ import re
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass, field
 from abc import ABC, abstractmethod
 from typing import Callable, TypeVar
 
@@ -112,6 +113,15 @@ class FileEventStore(EventStore):
         )
 
 
+@dataclass
+class _PendingInsert:
+    row: tuple
+    durable: bool
+    done: threading.Event = field(default_factory=threading.Event)
+    published: bool = False
+    error: BaseException | None = None
+
+
 class SqliteEventStore(EventStore):
     """SQLite in WAL mode, `PRIMARY KEY (run_id, sequence)`, durable commits
     (`synchronous=FULL`). One connection per World storage, used under a lock."""
@@ -124,6 +134,9 @@ class SqliteEventStore(EventStore):
             db_path, timeout=30.0, isolation_level=None, check_same_thread=False
         )
         self._synchronous = ""
+        self._queue: list[_PendingInsert] = []
+        self._queue_lock = threading.Lock()
+        self._leader_active = False
         self._retrying(self._setup)
 
     def _setup(self) -> None:
@@ -169,19 +182,60 @@ class SqliteEventStore(EventStore):
     def publish_if_absent(
         self, run_id: str, sequence: int, data: bytes, *, durable: bool, idempotency_key: str | None
     ) -> bool:
-        def insert() -> bool:
-            self._set_synchronous(durable)
-            try:
-                self._conn.execute(
-                    "INSERT INTO events (run_id, sequence, idempotency_key, envelope)"
-                    " VALUES (?, ?, ?, ?)",
-                    (run_id, sequence, idempotency_key, data.decode("utf-8")),
-                )
-            except sqlite3.IntegrityError:
-                return False
-            return True
+        # Group commit: appends that arrive while another thread is committing wait for
+        # the next commit and share it — one fsync for a batch of parallel steps. A batch
+        # is synced (FULL) when any append in it asked for durability.
+        pending = _PendingInsert((run_id, sequence, idempotency_key, data.decode("utf-8")),
+                                 durable)
+        with self._queue_lock:
+            self._queue.append(pending)
+            lead = not self._leader_active
+            self._leader_active = True
+        if lead:
+            self._lead_commits()
+        else:
+            pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.published
 
-        return self._retrying(insert)
+    def _lead_commits(self) -> None:
+        while True:
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._leader_active = False
+                    return
+            try:
+                durable = any(p.durable for p in batch)
+                results = self._retrying(
+                    lambda: self._insert_batch([p.row for p in batch], durable=durable))
+                for p, ok in zip(batch, results):
+                    p.published = ok
+            except BaseException as e:
+                for p in batch:
+                    p.error = e
+            for p in batch:
+                p.done.set()
+
+    def _insert_batch(self, rows: list[tuple], *, durable: bool) -> list[bool]:
+        """Insert rows in one transaction; False for a row whose sequence (or idempotency
+        key) is already taken. Runs under self._lock (see _retrying)."""
+        self._set_synchronous(durable)
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            results = [
+                conn.execute(
+                    "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
+                    " VALUES (?, ?, ?, ?)", row).rowcount == 1
+                for row in rows
+            ]
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return results
 
     def read_after(self, run_id: str, after: int) -> list[tuple[int, bytes]]:
         def select() -> list[tuple[int, bytes]]:
