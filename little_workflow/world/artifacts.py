@@ -41,7 +41,9 @@ def encode_payload(payload: Any, encoding: str) -> bytes:
             raise TypeError(f"utf8 artifacts take a str, not {type(payload).__name__}")
         return payload.encode("utf-8")
     if encoding == "binary":
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
+        if isinstance(payload, bytes):
+            return payload  # no copy: artifacts can be large
+        if not isinstance(payload, (bytearray, memoryview)):
             raise TypeError(f"binary artifacts take bytes, not {type(payload).__name__}")
         return bytes(payload)
     raise ValueError(f"unknown artifact encoding {encoding!r}: use one of {', '.join(ENCODINGS)}")
