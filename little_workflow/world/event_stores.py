@@ -6,6 +6,7 @@ The event rules (receipts, artifact references, sequence allocation, digests) li
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
@@ -154,6 +155,30 @@ class SqliteEventStore(EventStore):
             "CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key"
             " ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL"
         )
+        self._preallocate_wal()
+
+    def _preallocate_wal(self) -> None:
+        """Grow the WAL to its steady-state size before the first append.
+
+        A commit that extends the WAL file also has to make the new file size durable,
+        which made each of the first ~500 steps of a fresh data dir cost ~1.6× a commit
+        that overwrites WAL space already there (measured: 220-260 µs vs 135-140 µs).
+        So: 1,000 tiny unsynced updates of one row (one page, so the database itself does
+        not grow), then a RESTART checkpoint, after which commits reuse the WAL from its
+        start. SQLite's default autocheckpoint (1,000 pages) keeps it at this size."""
+        c = self._conn
+        wal = self.db_path + "-wal"
+        page_size = c.execute("PRAGMA page_size").fetchone()[0]
+        if os.path.exists(wal) and os.path.getsize(wal) >= 1000 * page_size:
+            return
+        c.execute("CREATE TABLE IF NOT EXISTS wal_preallocation (k INTEGER PRIMARY KEY, v INTEGER)")
+        c.execute("INSERT OR IGNORE INTO wal_preallocation VALUES (1, 0)")
+        c.execute("PRAGMA synchronous=OFF")
+        self._synchronous = "OFF"
+        for i in range(1000):
+            c.execute("UPDATE wal_preallocation SET v = ? WHERE k = 1", (i,))
+        c.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        self._set_synchronous(True)
 
     def _set_synchronous(self, durable: bool) -> None:
         # In WAL mode a FULL commit fsyncs the WAL, which also makes every earlier NORMAL
