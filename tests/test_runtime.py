@@ -398,3 +398,22 @@ def test_workflow_versions_recorded(rworld):
     assert doc["workflowId"] == "versioned" and doc["version"] == "7"
     created = rworld.list_events("run_ver")[0]
     assert created.payload["workflowVersionId"] == wf.version_id
+
+
+def test_nested_groups_never_deadlock_under_a_world_cap():
+    world = lw.virtual_world(private_memory(), "/wf", max_concurrent_steps=1)
+
+    @lw.workflow(id="nested")
+    async def wf(ctx, input):
+        async def branch(i):
+            inner = await ctx.parallel(f"outer/{i}/inner",
+                                       [functools.partial(lambda x: x * 10, j) for j in range(3)])
+            return sum(inner) + i
+
+        return await ctx.parallel("outer", [functools.partial(branch, i) for i in range(3)],
+                                  max_concurrency=3)
+
+    async def run():
+        return await asyncio.wait_for(lw.arun_workflow(wf, None, world=world), 10)
+
+    assert asyncio.run(run()).output == [30, 31, 32]

@@ -24,8 +24,10 @@ from .steps import (
     NO_RETRY,
     Retry,
     StepInfo,
+    StepSlot,
     call_step_fn,
     error_record,
+    release_enclosing_slot,
     reset_current,
     set_current,
 )
@@ -159,6 +161,7 @@ class RunContext:
     ) -> Any:
         """Run `fn(*args)` once, durably: a committed result is served from the log."""
         self._claim(path)
+        release_enclosing_slot()
         if not callable(fn):
             raise StepError(self.run_id, path, f"{fn!r} is not callable")
         rec = self.log.steps.get(path)
@@ -210,13 +213,17 @@ class RunContext:
             # Not fsynced on its own: the step's success (or the next durable event) makes
             # it durable; losing it in a power cut only forgets an attempt number.
             await self.append("step.started", {"stepPath": path, "attempt": attempt}, durable=False)
-            token = set_current(StepInfo(run_id=self.run_id, step_path=path, attempt=attempt, _ctx=self))
+            info = StepInfo(run_id=self.run_id, step_path=path, attempt=attempt, _ctx=self)
+            token = set_current(info)
             try:
                 if slots is not None:
-                    async with slots:
-                        result = await self._invoke(path, fn, args, timeout, threaded)
-                else:
+                    info._slot = StepSlot(slots)
+                    await info._slot.acquire()
+                try:
                     result = await self._invoke(path, fn, args, timeout, threaded)
+                finally:
+                    if info._slot is not None:
+                        info._slot.release()
                 value = to_json_value(result, self.run_id, path)
             except asyncio.CancelledError:
                 raise
@@ -272,6 +279,7 @@ class RunContext:
         """Run each zero-argument callable as durable step `path/<index>`; results in
         input order. A failing child cancels its siblings. The group takes no step slot."""
         self._claim(path)
+        release_enclosing_slot()
         children = list(callables)
         if max_concurrency is not None and max_concurrency < 1:
             raise StepError(self.run_id, path, "max_concurrency must be at least 1")

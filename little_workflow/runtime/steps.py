@@ -50,6 +50,25 @@ class NotInStepError(LittleWorkflowError, RuntimeError):
     pass
 
 
+class StepSlot:
+    """A world-wide step slot, held while a step's function runs. A step whose function
+    starts durable work of its own (a nested step or parallel group) becomes a container
+    and gives its slot back, so nesting never deadlocks under `max_concurrent_steps`."""
+
+    def __init__(self, semaphore: asyncio.Semaphore):
+        self._semaphore = semaphore
+        self._held = False
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._semaphore.release()
+
+
 @dataclass
 class StepInfo:
     """What `lw.current_step()` returns inside a step function."""
@@ -60,6 +79,7 @@ class StepInfo:
     _ctx: "RunContext" = field(repr=False)
     _call_index: int = field(default=0, repr=False)
     _scratch: Any = field(default=None, repr=False)
+    _slot: StepSlot | None = field(default=None, repr=False)
 
     @property
     def world(self) -> Any:
@@ -147,6 +167,13 @@ def current_step() -> StepInfo:
 
 def set_current(info: StepInfo | None) -> contextvars.Token[StepInfo | None]:
     return _current.set(info)
+
+
+def release_enclosing_slot() -> None:
+    """Called when durable work starts: an enclosing step is a container from now on."""
+    outer = _current.get()
+    if outer is not None and outer._slot is not None:
+        outer._slot.release()
 
 
 def reset_current(token: contextvars.Token[StepInfo | None]) -> None:
