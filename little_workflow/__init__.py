@@ -22,6 +22,7 @@ from .errors import (
     UnknownWorkflowError,
     UnsupportedSourceError,
     WorkflowFailedError,
+    WorkflowMismatchError,
     WorldPathError,
 )
 from .runtime.bash_steps import Mount, file_mount, read_only
@@ -90,6 +91,7 @@ __all__ = [
     "VerifyReport",
     "Workflow",
     "WorkflowFailedError",
+    "WorkflowMismatchError",
     "World",
     "WorldPathError",
     "areplay_run",

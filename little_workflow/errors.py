@@ -86,6 +86,16 @@ class InputMismatchError(LittleWorkflowError):
         )
 
 
+class WorkflowMismatchError(InputMismatchError):
+    """A run id already belongs to another workflow."""
+
+    def __init__(self, run_id: str, stored: str, asked: str):
+        LittleWorkflowError.__init__(
+            self, f"run {run_id} belongs to workflow {stored!r}, not {asked!r}; use a new run id"
+        )
+        self.run_id, self.stored_hash, self.new_hash = run_id, stored, asked
+
+
 class WorkflowFailedError(LittleWorkflowError):
     def __init__(self, run_id: str, cause: BaseException | None, error: dict[str, Any]):
         self.run_id, self.cause, self.error = run_id, cause, error

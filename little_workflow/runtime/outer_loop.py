@@ -138,7 +138,10 @@ async def arun_outer_loop(
             else:
                 # A crash came after the previous cycle's Continue but before this cycle's
                 # run was created: ask the (deterministic) supervisor again.
-                decision = await _decide(supervise, cycles[-1], cycles[:-1])
+                prev = cycles[-1]
+                prev_events = await _io(world, world.list_events, prev["runId"])
+                prev_input = thaw(prev_events[0].payload.get("input")) if prev_events else None
+                decision = await _decide(supervise, {**prev, "input": prev_input}, cycles[:-1])
                 cycle_input = decision.next_input if isinstance(decision, Continue) else value
             if manifest.get("pendingCycleRunId") != run_id:
                 manifest["pendingCycleRunId"] = run_id

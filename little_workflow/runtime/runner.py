@@ -8,13 +8,13 @@ from typing import Any, Callable, Coroutine, TypeVar
 
 from ..errors import (
     InputMismatchError,
-    LittleWorkflowError,
     OutputSchemaError,
     ReplayDivergenceError,
     SchemaValidationError,
     WorkflowFailedError,
+    WorkflowMismatchError,
 )
-from ..world.core import World, frozen_json
+from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
 from .context import INLINE_OUTPUT_LIMIT, RunContext
@@ -23,14 +23,6 @@ from .steps import error_record
 from .workflow import Workflow
 
 T = TypeVar("T")
-
-
-class WorkflowMismatchError(InputMismatchError):
-    def __init__(self, run_id: str, stored: str, asked: str):
-        LittleWorkflowError.__init__(
-            self, f"run {run_id} belongs to workflow {stored!r}, not {asked!r}"
-        )
-        self.run_id, self.stored_hash, self.new_hash = run_id, stored, asked
 
 
 def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -148,14 +140,16 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     try:
         output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
-        wf.validate_output(output)
     except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
         await ctx.append("run.failed", {"error": error_record(e)})
-        if isinstance(e, SchemaValidationError):
-            raise OutputSchemaError(run_id, e) from e
         raise WorkflowFailedError(run_id, e, error_record(e)) from e
+    try:
+        wf.validate_output(output)
+    except SchemaValidationError as e:
+        await ctx.append("run.failed", {"error": error_record(e)})
+        raise OutputSchemaError(run_id, e) from e
     payload: dict[str, Any] = {}
     if output is not None and len(canonical_json(output)) > INLINE_OUTPUT_LIMIT:
         manifest = await _io(world, world.write_artifact, run_id, "", "run-output", output)
@@ -220,7 +214,6 @@ def replay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
 
 
 __all__ = [
-    "World",
     "arun_workflow",
     "areplay_run",
     "materialize_run_state",

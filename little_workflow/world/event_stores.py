@@ -6,13 +6,14 @@ The event rules (receipts, artifact references, sequence allocation, digests) li
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
 from .ids import RUN_ID_RE
@@ -233,9 +234,10 @@ class SqliteEventStore(EventStore):
                     return
             try:
                 durable = any(p.durable for p in batch)
+                rows = [p.row for p in batch]
                 results = self._retrying(
-                    lambda: self._insert_batch([p.row for p in batch], durable=durable))
-                for p, ok in zip(batch, results):
+                    functools.partial(self._insert_batch, rows, durable=durable))
+                for p, ok in zip(batch, results, strict=True):
                     p.published = ok
             except BaseException as e:
                 for p in batch:
