@@ -13,7 +13,7 @@ from ..world.models import Event, thaw
 RunStatus = Literal["pending", "running", "completed", "failed", "unknown"]
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
     path: str
     first_sequence: int
@@ -30,7 +30,11 @@ class RunLog:
     """What the committed events say about a run."""
 
     run_id: str
-    events: list[Event] = field(default_factory=list)
+    # Counts and timestamps only: a long run would otherwise keep every Event and payload
+    # alive, and Python's full garbage collections grow with what is alive.
+    event_count: int = 0
+    first_created_at: str | None = None
+    last_created_at: str | None = None
     created: dict[str, Any] | None = None
     status: RunStatus = "unknown"
     output: Any = None
@@ -51,7 +55,10 @@ class RunLog:
         return log
 
     def apply(self, e: Event) -> None:
-        self.events.append(e)
+        self.event_count += 1
+        if self.first_created_at is None:
+            self.first_created_at = e.created_at
+        self.last_created_at = e.created_at
         self.last_sequence = e.sequence
         p = e.payload if isinstance(e.payload, dict) else {}
         t = e.type
@@ -172,8 +179,8 @@ def materialize(log: RunLog, read_artifact: Any) -> RunState:
             )
             for path, rec in log.steps.items()
         },
-        event_count=len(log.events),
+        event_count=log.event_count,
         last_sequence=log.last_sequence,
-        created_at=log.events[0].created_at if log.events else None,
-        updated_at=log.events[-1].created_at if log.events else None,
+        created_at=log.first_created_at,
+        updated_at=log.last_created_at,
     )
