@@ -215,3 +215,24 @@ def test_tracing_world_keeps_files_and_reports(world):
     names = []
     lw.tracing_world(world, names.append).write_artifact(RUN, "s", "n", {"a": 1})
     assert names == ["write_artifact"]  # a one-argument callback gets the method name
+
+
+def test_worlds_from_one_url_share_one_filesystem_across_threads():
+    import uuid
+
+    url = f"memory://shared-{uuid.uuid4().hex}"
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(lw.virtual_world(url))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    main = lw.virtual_world(url)
+    assert all(w.files is main.files for w in seen)
+    assert main.data_dir == "/" + url.split("://")[1]
+    seen[0].append_event(RUN, "t", {})
+    assert [e.sequence for e in main.list_events(RUN)] == [1]  # they coordinate
+    with main.run_lock(RUN):
+        with pytest.raises(lw.RunLockedError):
+            with seen[1].run_lock(RUN):
+                pass
