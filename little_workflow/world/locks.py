@@ -90,38 +90,48 @@ class DirectoryLocks:
     def acquire(self, name: str, label: str) -> str:
         os.makedirs(self.locks_dir, exist_ok=True)
         lock_dir = os.path.join(self.locks_dir, name)
-        for _ in range(50):
-            try:
-                os.mkdir(lock_dir)
-            except FileExistsError:
-                owner = self._owner(lock_dir)
-                if owner is not None:
-                    if owner["pid"] != os.getpid() and pid_alive(owner["pid"]):
-                        raise RunLockedError(label, owner["pid"]) from None
-                    # Dead owner — or this very process, whose in-process lock is free,
-                    # so the directory is a leftover of an earlier holder in here.
-                    self._recover(name, lock_dir, owner["token"])
+        token = uuid.uuid4().hex
+        # owner.json is written and fsynced *before* the lock directory exists, then
+        # renamed into it right after the mkdir: a crash can leave an ownerless lock dir
+        # only in the two system calls between mkdir and rename, not across an fsync.
+        staged = os.path.join(self.locks_dir, f".owner-{token}.tmp")
+        with open(staged, "w") as f:
+            json.dump({"pid": os.getpid(), "token": token, "createdAt": utc_now_iso()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            for _ in range(50):
+                try:
+                    os.mkdir(lock_dir)
+                except FileExistsError:
+                    self._respect_or_recover(name, lock_dir, label)
                     continue
-                age = self._age(lock_dir)
-                if age is None:
-                    continue  # vanished meanwhile: try again
-                if age < self.grace_seconds:
-                    raise RunLockedError(
-                        label, None, f" (lock {lock_dir} is being created, no owner.json yet)"
-                    ) from None
-                self._recover(name, lock_dir, None)
-                continue
-            token = uuid.uuid4().hex
-            doc = {"pid": os.getpid(), "token": token, "createdAt": utc_now_iso()}
-            tmp = os.path.join(lock_dir, f".owner-{token}.tmp")
-            with open(tmp, "w") as f:
-                json.dump(doc, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(lock_dir, "owner.json"))
-            fsync_dir(lock_dir)
-            return token
-        raise RunLockedError(label, None, f" (could not take {lock_dir})")
+                os.rename(staged, os.path.join(lock_dir, "owner.json"))
+                fsync_dir(lock_dir)
+                fsync_dir(self.locks_dir)
+                return token
+            raise RunLockedError(label, None, f" (could not take {lock_dir})")
+        finally:
+            if os.path.exists(staged):
+                os.unlink(staged)
+
+    def _respect_or_recover(self, name: str, lock_dir: str, label: str) -> None:
+        """The lock dir exists: raise if its holder may be alive, else take it over."""
+        owner = self._owner(lock_dir)
+        if owner is not None:
+            if owner["pid"] != os.getpid() and pid_alive(owner["pid"]):
+                raise RunLockedError(label, owner["pid"])
+            # Dead owner — or this very process, whose in-process lock is free, so the
+            # directory is a leftover of an earlier holder in here.
+            self._recover(name, lock_dir, owner["token"])
+            return
+        age = self._age(lock_dir)
+        if age is None:
+            return  # vanished meanwhile: try again
+        if age < self.grace_seconds:
+            raise RunLockedError(
+                label, None, f" (lock {lock_dir} is being created, no owner.json yet)")
+        self._recover(name, lock_dir, None)
 
     @staticmethod
     def _age(path: str) -> float | None:
