@@ -67,7 +67,7 @@ def test_killed_lock_holder_is_taken_over_at_once(tmp_path):
         owner = json.loads((tmp_path / "d" / "locks" / hashlib.sha256(b"run_locked").hexdigest()
                             / "owner.json").read_text())
         assert owner["pid"] == os.getpid() and set(owner) == {"pid", "token", "createdAt"}
-    assert time.time() - t0 < 1.0
+    assert time.time() - t0 < 5.0  # at once: not after the 30 s grace window
 
 
 def test_two_processes_race_for_one_run_id(tmp_path):

@@ -184,10 +184,11 @@ def test_failing_child_cancels_siblings(rworld):
     async def wf(ctx, input):
         await ctx.parallel("g", [functools.partial(slow, 0), bad, functools.partial(slow, 2)])
 
-    t0 = time.time()
     with pytest.raises(lw.WorkflowFailedError) as info:
         lw.run_workflow(wf, None, world=rworld, run_id="run_cancel")
-    assert time.time() - t0 < 1.5 and finished == []
+    # The group waits for every child before it raises: had the slow siblings not been
+    # cancelled, they would have finished and been recorded here.
+    assert finished == []
     assert info.value.cause.step_path == "g/1"
 
 
