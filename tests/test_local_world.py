@@ -40,7 +40,8 @@ def test_layout_and_sqlite_schema(tmp_path):
     lw.run_workflow(wf, None, world=world, run_id="run_layout")
     world.write_artifact("run_layout", "a/b", "x", {"k": 1})
     d = tmp_path / "d"
-    for sub in ("events/events.db", "artifacts/blobs", "runs/run_layout/steps/a/b/scratch/f",
+    for sub in ("events/events.db", "artifacts/blobs", "runs/run_layout/scratch",
+                "runs/run_layout/steps/a/b/scratch/f",
                 "locks", "outer-loops", "memory", "workflow-versions"):
         assert (d / sub).exists(), sub
     assert len(list((d / "artifacts").glob("art_*.json"))) == 1

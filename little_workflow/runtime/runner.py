@@ -133,6 +133,7 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
                      pipeline=pipeline)
     if log.created is None:
         await _io(world, register_version, world, wf)
+        await _io(world, world.publisher.ensure_dir, world.path("runs", run_id, "scratch"))
         await ctx.append("run.created", {
             "workflowId": wf.id, "workflowVersionId": wf.version_id,
             "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
