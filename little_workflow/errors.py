@@ -126,6 +126,10 @@ class StepError(LittleWorkflowError, ValueError):
         super().__init__(f"run {run_id}, step {step_path!r}: {message}")
 
 
+class NotInStepError(LittleWorkflowError, RuntimeError):
+    """`current_step()` was called outside a step function."""
+
+
 class StepFailedError(LittleWorkflowError):
     """A step failed after its last attempt (or on a recorded failure during replay)."""
 

@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import LittleWorkflowError
+from ..errors import NotInStepError
 from ..world.ids import canonical_json, request_digest, sha256_hex
 
 if TYPE_CHECKING:
@@ -44,10 +44,6 @@ NO_RETRY = Retry(max_attempts=1)
 
 def error_record(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)}
-
-
-class NotInStepError(LittleWorkflowError, RuntimeError):
-    pass
 
 
 class StepSlot:
