@@ -418,3 +418,28 @@ def test_nested_groups_never_deadlock_under_a_world_cap():
         return await asyncio.wait_for(lw.arun_workflow(wf, None, world=world), 10)
 
     assert asyncio.run(run()).output == [30, 31, 32]
+
+
+def test_parallel_group_syncs_once_before_the_workflow_goes_on(rworld):
+    calls = []
+
+    def on_call(name, args, kwargs):
+        if name == "sync" or (name == "append_event" and args[1] == "step.succeeded"):
+            calls.append((name, args[2]["stepPath"] if name == "append_event" else None,
+                          kwargs.get("durable", True)))
+
+    traced = lw.tracing_world(rworld, on_call)
+
+    @lw.workflow(id="group-sync")
+    async def wf(ctx, input):
+        group = await ctx.parallel("g", [functools.partial(int, i) for i in range(4)])
+        after = await ctx.step("after", lambda: 1)
+        return sum(group) + after
+
+    assert lw.run_workflow(wf, None, world=traced).output == 7
+    children = [c for c in calls if c[1] and c[1].startswith("g/")]
+    assert len(children) == 4 and all(durable is False for _, _, durable in children)
+    sync_at = calls.index(("sync", None, True))
+    assert all(calls.index(c) < sync_at for c in children)  # synced after the children ...
+    assert calls[-1] == ("append_event", "after", True)     # ... before the workflow went on
+    assert [c[0] for c in calls].count("sync") == 1

@@ -160,6 +160,18 @@ class RunContext:
         timeout: float | None = None,
     ) -> Any:
         """Run `fn(*args)` once, durably: a committed result is served from the log."""
+        return await self._step(path, fn, args, retry, timeout, group_child=False)
+
+    async def _step(
+        self,
+        path: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        retry: Retry | None,
+        timeout: float | None,
+        *,
+        group_child: bool,
+    ) -> Any:
         self._claim(path)
         release_enclosing_slot()
         if not callable(fn):
@@ -169,7 +181,8 @@ class RunContext:
             return self._replayed(path, rec)
         if rec is not None and rec.status != "running":
             return self._served(rec)
-        return await self._execute(path, fn, args, retry or NO_RETRY, timeout, rec)
+        return await self._execute(path, fn, args, retry or NO_RETRY, timeout, rec,
+                                   durable=not group_child)
 
     def _served(self, rec: StepRecord) -> Any:
         if rec.status == "failed":
@@ -203,7 +216,12 @@ class RunContext:
         policy: Retry,
         timeout: float | None,
         rec: StepRecord | None,
+        *,
+        durable: bool,
     ) -> Any:
+        """`durable=False` (children of a parallel group): the success is committed but
+        not synced here; the group syncs once when it completes, before the workflow
+        goes on. It survives a process kill either way."""
         attempt = rec.attempts if rec else 0
         failures = rec.failures if rec else 0
         threaded = timeout is not None or _group.get() is not None
@@ -251,7 +269,7 @@ class RunContext:
                 payload["outputRef"] = manifest.artifact_ref
             else:
                 payload["output"] = value
-            await self.append("step.succeeded", payload)
+            await self.append("step.succeeded", payload, durable=durable)
             return thaw(value)
 
     async def _invoke(
@@ -290,10 +308,10 @@ class RunContext:
             child_path = f"{path}/{i}"
             rec = self.log.steps.get(child_path)
             if group_slots is None or (rec is not None and rec.status != "running"):
-                results[i] = await self.step(child_path, fn)
+                results[i] = await self._step(child_path, fn, (), None, None, group_child=True)
                 return
             async with group_slots:
-                results[i] = await self.step(child_path, fn)
+                results[i] = await self._step(child_path, fn, (), None, None, group_child=True)
 
         group = _Group(floor=self._floor)
         token = _group.set(group)
@@ -305,6 +323,10 @@ class RunContext:
             raise _first_leaf(eg) from None
         finally:
             _group.reset(token)
+            if self.mode == "execute":
+                # One sync for the whole group: every child's success is durable before
+                # the workflow goes on (one fsync instead of one per child).
+                await self._blocking(self.world.sync)
         if self.mode == "replay" and group.highest:
             self._floor = max(self._floor, group.highest)
         return results

@@ -187,6 +187,10 @@ class World:
                         f"sequence {sequence} could not be published and no event is there",
                     )
 
+    def sync(self) -> None:
+        """Make every event appended so far durable — `durable=False` appends included."""
+        self.events.sync()
+
     def _receipt(self, run_id: str, ledger: RunLedger, key: str, digest: str) -> Event | None:
         hit = ledger.receipts.get(key)
         if hit is None:

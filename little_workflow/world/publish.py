@@ -61,6 +61,10 @@ class Publisher(ABC):
     def ensure_dir(self, path: str) -> None:
         self.fs.makedirs(path, exist_ok=True)
 
+    def sync(self) -> None:
+        """Make every earlier non-durable publication durable (default: nothing to do)."""
+        return None
+
     def list_names(self, path: str) -> list[str]:
         """Names (not paths) directly under `path`, temp names excluded, sorted."""
         try:
@@ -88,6 +92,8 @@ class LocalPublisher(Publisher):
     def __init__(self, fs: Any):
         self.fs = fs
         self._known_dirs: set[str] = set()
+        self._unsynced_dirs: set[str] = set()
+        self._unsynced_lock = threading.Lock()
 
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
         directory = os.path.dirname(path)
@@ -99,9 +105,10 @@ class LocalPublisher(Publisher):
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
+                # The bytes are always synced before the name appears: a later directory
+                # fsync must never make a name durable whose content is not.
+                f.flush()
+                os.fsync(f.fileno())
             try:
                 os.link(tmp, path)
             except FileExistsError:
@@ -113,7 +120,20 @@ class LocalPublisher(Publisher):
                 pass
         if durable:
             fsync_dir(directory)
+            with self._unsynced_lock:
+                self._unsynced_dirs.discard(directory)
+        else:
+            # The name survives a process kill now; a power cut only once the directory
+            # is synced — by the next durable publish there, or by sync().
+            with self._unsynced_lock:
+                self._unsynced_dirs.add(directory)
         return True
+
+    def sync(self) -> None:
+        with self._unsynced_lock:
+            pending, self._unsynced_dirs = self._unsynced_dirs, set()
+        for directory in pending:
+            fsync_dir(directory)
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         directory = os.path.dirname(path)
@@ -285,6 +305,9 @@ class PrefixedPublisher(Publisher):
 
     def list_names(self, path: str) -> list[str]:
         return self.inner.list_names(self._join(path))
+
+    def sync(self) -> None:
+        self.inner.sync()
 
     def delete(self, path: str) -> None:
         self.inner.delete(self._join(path))
