@@ -149,3 +149,28 @@ def test_pyfs_imports_without_warnings():
                         "import fs_adapters.pyfilesystem as p; p._import_fs(); print('ok')"],
                        capture_output=True, text=True)
     assert r.stdout.strip() == "ok", r.stderr
+
+
+def test_cli_world_url_on_s3(moto_s3):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bucket = moto_s3.new_bucket()
+    env = {**os.environ, "AWS_ENDPOINT_URL": moto_s3.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "PYTHONPATH": root}
+
+    def little(*args):
+        return subprocess.run([sys.executable, "-m", "little_workflow.cli", "--world",
+                               f"s3://{bucket}/wf", *args], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    r = little("run", "examples.quickstart:squares", "--input", '{"n": 3}', "--run-id", "run_cli_s3", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["output"] == {"sum": 5}
+    r = little("replay", "run_cli_s3", "--json")
+    assert json.loads(r.stdout)["status"] == "completed"
+    assert little("verify").returncode == 0
