@@ -6,7 +6,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any
 
 import little_workflow as lw
 
@@ -55,12 +55,6 @@ def step_timestamps(world: Any, n: int, run_id: str | None = None) -> list[float
 def per_step_us(stamps: list[float], first: int, last: int) -> float:
     """Mean µs per step for steps first..last (1-based, inclusive)."""
     return (stamps[last] - stamps[first - 1]) / (last - first + 1) * 1e6
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 def bare_sqlite_commit_us(n: int = 500) -> float:

@@ -113,28 +113,34 @@ class StepInfo:
         ctx = self._ctx
         recorded = ctx.log.harness_results.get(key)
         base = {"stepPath": self.step_path, "name": name, "index": index, "callKey": key}
+
+        def started() -> None:
+            ctx.append_sync(f"harness.{kind}.started", {**base, "request": request},
+                            idempotency_key=key + ":started", durable=False)
+
+        def failed(e: BaseException) -> None:
+            ctx.append_sync(f"harness.{kind}.failed", {**base, "error": error_record(e)})
+
         if inspect.iscoroutinefunction(fn):
             async def run_async() -> Any:
                 if recorded is not None:
                     return recorded.get("result")
-                ctx.append_sync(f"harness.{kind}.started", {**base, "request": request},
-                                idempotency_key=key + ":started", durable=False)
+                started()
                 try:
                     result = await fn(request)
                 except BaseException as e:
-                    ctx.append_sync(f"harness.{kind}.failed", {**base, "error": error_record(e)})
+                    failed(e)
                     raise
                 return self._record_result(kind, key, base, result)
 
             return run_async()
         if recorded is not None:
             return recorded.get("result")
-        ctx.append_sync(f"harness.{kind}.started", {**base, "request": request},
-                        idempotency_key=key + ":started", durable=False)
+        started()
         try:
             result = fn(request)
         except BaseException as e:
-            ctx.append_sync(f"harness.{kind}.failed", {**base, "error": error_record(e)})
+            failed(e)
             raise
         return self._record_result(kind, key, base, result)
 
