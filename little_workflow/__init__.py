@@ -25,6 +25,11 @@ from .errors import (
     WorkflowFailedError,
     WorkflowMismatchError,
     WorldPathError,
+    RunNotFoundError,
+    RunFinishedError,
+    RunCancelledError,
+    LeaseLostError,
+    StorageError,
 )
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
@@ -79,6 +84,11 @@ __all__ = [
     "Retry",
     "RunContext",
     "RunLockedError",
+    "RunNotFoundError",
+    "RunFinishedError",
+    "RunCancelledError",
+    "LeaseLostError",
+    "StorageError",
     "RunResult",
     "RunState",
     "RuntimeIntegrityError",

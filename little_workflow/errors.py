@@ -167,3 +167,47 @@ class UnsupportedSourceError(LittleWorkflowError, ValueError):
 class MissingExtraError(LittleWorkflowError, ImportError):
     def __init__(self, feature: str, extra: str):
         super().__init__(f"{feature} needs the '{extra}' extra: pip install 'little-workflow[{extra}]'")
+
+
+class RunNotFoundError(LittleWorkflowError, LookupError):
+    """No run with this id exists in the World."""
+
+    def __init__(self, run_id: str, detail: str = ""):
+        self.run_id = run_id
+        super().__init__(f"run {run_id} does not exist{detail}")
+
+
+class RunFinishedError(LittleWorkflowError):
+    """The run already has its terminal event: nothing more may be appended to it."""
+
+    def __init__(self, run_id: str, status: str, attempted: str = ""):
+        self.run_id, self.status = run_id, status
+        what = f" (tried to append {attempted!r})" if attempted else ""
+        super().__init__(f"run {run_id} is already {status}; nothing can be appended after its end{what}")
+
+
+class RunCancelledError(LittleWorkflowError):
+    """The run was cancelled (`lw.cancel_run`); a cancelled run never runs again."""
+
+    def __init__(self, run_id: str, reason: str | None = None):
+        self.run_id, self.reason = run_id, reason
+        why = f": {reason}" if reason else ""
+        super().__init__(f"run {run_id} was cancelled{why}")
+
+
+class LeaseLostError(LittleWorkflowError):
+    """This process can no longer be sure it holds the run's lease (renewal failed or the
+    lease may have expired): it stops appending so another holder can take over safely."""
+
+    def __init__(self, run_id: str, detail: str = ""):
+        self.run_id = run_id
+        super().__init__(f"run {run_id}: lease lost{': ' + detail if detail else ''}")
+
+
+class StorageError(LittleWorkflowError, OSError):
+    """The storage itself failed (read-only data dir, disk full, a file that is not what it
+    should be). Names the file and what to do."""
+
+    def __init__(self, path: str, problem: str, hint: str = ""):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}{'; ' + hint if hint else ''}")
