@@ -39,10 +39,9 @@ def _err(code: str, what: str, path: str) -> OSError:
 class FsspecBashFS:
     """A directory of an fsspec filesystem as a just-bash filesystem rooted at '/'."""
 
-    def __init__(self, fs: Any, root: str, *, on_write: Callable[[str, bytes], Any] | None = None):
+    def __init__(self, fs: Any, root: str):
         self.fs = fs
         self.root = root.rstrip("/")
-        self._on_write = on_write  # e.g. journals memory writes made from bash
         self._dirs: set[str] = set()  # directories made in this view (object stores have none)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -144,8 +143,6 @@ class FsspecBashFS:
     def _write(self, path: str, data: bytes) -> None:
         if self._isdir(path):
             raise _err("EISDIR", "illegal operation on a directory, open", path)
-        if self._on_write is not None:
-            self._on_write(_norm(path).lstrip("/"), data)
         real = self._real(path)
         self.fs.makedirs(posixpath.dirname(real), exist_ok=True)
         self.fs.pipe_file(real, data)

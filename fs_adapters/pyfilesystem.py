@@ -75,7 +75,7 @@ class PyFilesystemFS(AbstractFileSystem):
     protocol = "pyfs"
     cachable = False  # fsspec would otherwise hand back one instance for equal-looking FS reprs
     root_marker = "/"
-    publish_blocking = True
+    blocking = True
     atomic_publication = "yes: temp + link (system path) or move(overwrite=False) under the FS lock"
     multi_writer = "threads of one process; OSFS also processes (link)"
 
@@ -216,7 +216,7 @@ class PyFilesystemFS(AbstractFileSystem):
 
     # ---- what the World needs -------------------------------------------------------------
 
-    def publish_if_absent(self, path: str, data: bytes) -> bool:
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
         """Make `path` hold `data` unless it exists; atomic, never overwrites."""
         path = self._strip_protocol(path)
         parent = self._parent(path)
@@ -247,7 +247,7 @@ class PyFilesystemFS(AbstractFileSystem):
             with contextlib.suppress(errors.ResourceNotFound):
                 self.pyfs.remove(tmp)
 
-    def replace_atomic(self, path: str, data: bytes) -> None:
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         path = self._strip_protocol(path)
         tmp = self._join(self._parent(path), f".tmp-{uuid.uuid4().hex}")
         self._write(tmp, bytes(data))

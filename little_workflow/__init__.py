@@ -34,14 +34,8 @@ from .errors import (
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
 from .runtime.outer_loop import Continue, Done
-from .runtime.pipeline import arun_pipeline, run_pipeline
-from .runtime.runner import (
-    areplay_run,
-    arun_workflow,
-    materialize_run_state,
-    replay_run,
-    run_workflow,
-)
+from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
+from .runtime.runner import areplay_run, materialize_run_state, replay_run
 from .runtime.state import RunResult, RunState, StepState
 from .runtime.steps import Retry, StepInfo, current_step
 from .runtime.workflow import Workflow, workflow

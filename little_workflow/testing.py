@@ -70,7 +70,7 @@ class FaultyFileSystem(AbstractFileSystem):
         self.fs = fs
         self.plan = plan
         self._publisher: Publisher = publisher_for(fs)
-        self.publish_blocking = self._publisher.blocking
+        self.blocking = self._publisher.blocking
 
     def _strip_protocol(self, path: Any) -> Any:  # type: ignore[override]
         return self.fs._strip_protocol(path)
@@ -87,13 +87,13 @@ class FaultyFileSystem(AbstractFileSystem):
             raise self.plan.crash(f"{name} {path}")
 
     # what the World uses
-    def publish_if_absent(self, path: str, data: bytes) -> bool:
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
         self._op("publish", path, data)
-        return self._publisher.publish_if_absent(path, data)
+        return self._publisher.publish_if_absent(path, data, durable=durable)
 
-    def replace_atomic(self, path: str, data: bytes) -> None:
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:  # type: ignore[override]
         self._op("replace", path, data)
-        self._publisher.replace(path, data)
+        self._publisher.replace(path, data, durable=durable)
 
     # fsspec primitives
     def cat_file(self, path: str, start: Any = None, end: Any = None, **kw: Any) -> bytes:
@@ -185,9 +185,13 @@ class _FaultyPublisher(Publisher):
         self._op("list", path)
         return self.inner.list_names(path)
 
-    def delete(self, path: str) -> None:
-        self._op("delete", path)
-        self.inner.delete(path)
+    def remove(self, path: str) -> bool:
+        self._op("remove", path)
+        return self.inner.remove(path)
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        self._op("info", path)
+        return self.inner.info(path)
 
 
 class _FaultyEventStore:
@@ -211,23 +215,35 @@ class _FaultyEventStore:
 def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
     """local_world whose storage primitives (SQLite commits and reads, file publication)
     go through `plan`. A crash leaves the files as a killed process would."""
-    from .world.core import World
-    from .world.local import local_world
+    import os
+    import uuid
 
-    base = local_world(data_dir, **kwargs)
-    # A separate in-process state: the crashed "process" must not share caches or
-    # locks with the World that resumes afterwards.
+    from fsspec.implementations.local import LocalFileSystem
+
+    from .world.core import World
+    from .world.event_stores import SqliteEventStore
+    from .world.local import LAYOUT_DIRS
+    from .world.locks import DirectoryLocks
+    from .world.publish import LocalPublisher
     from .world.shared_state import StorageState
 
-    state = StorageState(key=("faulty", data_dir, id(plan)), owner=plan)
+    root = os.path.abspath(data_dir)
+    for sub in LAYOUT_DIRS:
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    store = SqliteEventStore(os.path.join(root, "events", "events.db"))
+    # A separate in-process state: the crashed "process" must not share caches or locks
+    # with the World that resumes afterwards.
+    state = StorageState(key=("faulty", root, uuid.uuid4().hex))
+    state.closers.append(store.close)
+    fs = LocalFileSystem()
     return World(
         kind="local(faulty)",
-        files=base.files,
-        data_dir=base.data_dir,
-        events=_FaultyEventStore(base.events, plan),  # type: ignore[arg-type]
-        publisher=_FaultyPublisher(base.publisher, plan),
+        files=fs,
+        data_dir=root,
+        events=_FaultyEventStore(store, plan),  # type: ignore[arg-type]
+        publisher=_FaultyPublisher(LocalPublisher(fs), plan),
         state=state,
-        cross_process_locks=base._cross_process_locks,
-        max_concurrent_steps=base.max_concurrent_steps,
+        cross_process_locks=DirectoryLocks(os.path.join(root, "locks")),
+        max_concurrent_steps=kwargs.get("max_concurrent_steps"),
         host_sources_allowed=True,
     )

@@ -53,14 +53,24 @@ def catalogue(world, art):
         ("non-JSON input", lambda: lw.run_workflow(cat_wf, {"n": object()}, world=world, run_id="run_new3"), lw.SchemaValidationError),
         ("other input for a run", lambda: lw.run_workflow(cat_wf, {"n": 2}, world=world, run_id="run_good"), lw.InputMismatchError),
         ("non-JSON payload", lambda: world.append_event("run_good", "x", {"f": {1, 2}}), lw.EventPayloadError),
-        ("idempotency conflict", lambda: (world.append_event("run_good", "k", {"a": 1}, idempotency_key="key1"),
-                                          world.append_event("run_good", "k", {"a": 2}, idempotency_key="key1")), lw.IdempotencyConflictError),
+        ("idempotency conflict", lambda: (world.append_event("run_open", "k", {"a": 1}, idempotency_key="key1"),
+                                          world.append_event("run_open", "k", {"a": 2}, idempotency_key="key1")), lw.IdempotencyConflictError),
+        ("append after the end", lambda: world.append_event("run_good", "x", {"late": True}), lw.RunFinishedError),
+        ("too deeply nested payload", lambda: world.append_event("run_good", "x", _deep(5000)), lw.EventPayloadError),
+        ("too deeply nested input", lambda: lw.run_workflow(cat_wf, _deep(5000), world=world, run_id="run_new6"), lw.SchemaValidationError),
         ("bad step path", lambda: lw.run_workflow(_step_path_wf, None, world=world, run_id="run_new4"), lw.WorkflowFailedError),
         ("unknown pipeline member", lambda: lw.run_pipeline([cat_wf], {}, orchestrator=_calls_unknown, world=world, run_id="run_new5"), lw.WorkflowFailedError),
         ("bad memory path", lambda: world.memory("org").write_text("../../events/x", "y"), lw.WorldPathError),
         ("bad outer loop id", lambda: lw.run_workflow(cat_wf, {"n": 1}, world=world, max_outer_cycles=2, supervise=lambda c, h: lw.Done(1), outer_loop_id="../x"), lw.WorldPathError),
     ]
     return items
+
+
+def _deep(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
 
 
 @lw.workflow(id="steppath")
@@ -137,6 +147,13 @@ def test_tampered_and_truncated_storage(setup):
     fs.rm_file(world.path("events", "run_good", "0000000003.json"))  # a hole in the log
     report = lw.verify_world(lw.virtual_world(fs, "/wf"))
     assert any("not contiguous" in p for p in report.problems["run_good"])
+    # Reading the run names the gap; running it again re-executes nothing over it.
+    before = snapshot(fs)
+    with pytest.raises(lw.EventLogCorruptError, match="event 3 is missing"):
+        lw.virtual_world(fs, "/wf").list_events("run_good")
+    with pytest.raises(lw.EventLogCorruptError, match="event 3 is missing"):
+        lw.run_workflow(cat_wf, {"n": 1}, world=lw.virtual_world(fs, "/wf"), run_id="run_good")
+    assert snapshot(fs) == before
 
 
 def test_unknown_workflow_name_lists_available(setup):

@@ -96,11 +96,12 @@ def crash_everywhere(label, make_faulty, make_fresh) -> None:
 
 
 def test_crash_at_every_operation_virtual_world():
-    stores: dict[int, object] = {}
+    stores: dict[str, object] = {}
 
     def make_faulty(plan):
-        inner = stores.setdefault(id(plan), private_memory())
-        stores["last"] = inner
+        # A new store for each plan (each is used once). Not keyed by id(plan): ids are
+        # reused once plans are gone, which handed a finished store to a new crash run.
+        inner = stores["last"] = private_memory()
         return lw.virtual_world(FaultyFileSystem(inner, plan), "/wf")
 
     def make_fresh():

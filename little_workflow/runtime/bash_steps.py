@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import MissingExtraError, UnsupportedSourceError, WorldPathError
-
-if TYPE_CHECKING:
-    from .context import RunContext
 
 
 @dataclass(frozen=True)
@@ -61,10 +58,16 @@ def check_skill_sources(world: Any, wf: Any) -> None:
             )
 
 
-def world_path(world: Any, source: str) -> str:
+def relative_source(world: Any, source: str) -> str:
+    """A mount source as a path relative to the data dir (absolute ones must lie in it)."""
     if ".." in source.split("/"):
         raise WorldPathError(f"mount source {source!r} may not contain '..'")
-    return source if source.startswith("/") else world.path(source)
+    if source.startswith("/"):
+        root = world.data_dir.rstrip("/") + "/"
+        if not (source + "/").startswith(root):
+            raise WorldPathError(f"mount source {source!r} is outside the World's data dir {world.data_dir}")
+        return source[len(root):]
+    return source
 
 
 def _skill_fs(world: Any, source: Any) -> Any:
@@ -72,7 +75,7 @@ def _skill_fs(world: Any, source: Any) -> Any:
 
     kind = _source_kind(source)
     if kind == "world":
-        return FsspecBashFS(world.files, world_path(world, source))
+        return FsspecBashFS(world.file_view(relative_source(world, source)), "")
     if kind == "host":
         from fsspec.implementations.local import LocalFileSystem
 
@@ -84,39 +87,39 @@ def _skill_fs(world: Any, source: Any) -> Any:
     return FsspecBashFS(fs, path)
 
 
-def build_filesystem(ctx: "RunContext", step_path: str, mounts: dict[str, Any] | None) -> Any:
+def build_filesystem(ctx: Any, step_path: str, mounts: dict[str, Any] | None) -> Any:
+    """The bash filesystem: every mount a view through the World's file methods, so each
+    write is an atomic, durable replacement (and, under /memory, journaled first)."""
     from just_bash.fs import InMemoryFs
     from just_bash.fs.mountable_fs import MountableFs, MountableFsOptions
 
     from fs_adapters.bash import FsspecBashFS, ReadOnlyBashFS, SingleFileBashFS
 
     world = ctx.world
-    files = world.files
     root = MountableFs(MountableFsOptions(base=InMemoryFs()))
 
-    def folder(path: str) -> str:
-        world.publisher.ensure_dir(path)
-        return path
+    def view(relative: str, **options: Any) -> Any:
+        return FsspecBashFS(world.file_view(relative, **options), "")
 
     memory = ctx.memory
-    root.mount("/scratch", FsspecBashFS(files, folder(
-        world.path("runs", ctx.run_id, "steps", *step_path.split("/"), "scratch"))))
-    root.mount("/run", FsspecBashFS(files, folder(world.path("runs", ctx.run_id, "scratch"))))
-    root.mount("/memory/org", ReadOnlyBashFS(FsspecBashFS(files, memory.org.root), "/memory/org"))
+    root.mount("/scratch", FsspecBashFS(ctx.scratch_view("steps", *step_path.split("/"), "scratch"), ""))
+    root.mount("/run", FsspecBashFS(ctx.scratch, ""))
+    root.mount("/memory/org", ReadOnlyBashFS(view(memory.org.root), "/memory/org"))
     for name in ("pipeline", "workflow"):
-        store = getattr(memory, name)  # its on_write journals memory.written
-        root.mount(f"/memory/{name}", FsspecBashFS(files, store.root, on_write=store._on_write))
+        store = getattr(memory, name)
+        root.mount(f"/memory/{name}", view(store.root, journal=store.journal))
     for name, source in ctx.workflow.skills.items():
         root.mount(f"/skills/{name}", ReadOnlyBashFS(_skill_fs(world, source), f"/skills/{name}"))
     for at, mount in (mounts or {}).items():
         if not isinstance(mount, Mount):
             mount = Mount(str(mount))
-        real = world_path(world, mount.source)
+        relative = relative_source(world, mount.source)
         if mount.single_file:
-            root.mount(at, SingleFileBashFS(files, real, read_only=mount.read_only))
+            folder, _, name = relative.rpartition("/")
+            root.mount(at, SingleFileBashFS(world.file_view(folder), name, read_only=mount.read_only))
         else:
-            view = FsspecBashFS(files, real)
-            root.mount(at, ReadOnlyBashFS(view, at) if mount.read_only else view)
+            mounted = view(relative)
+            root.mount(at, ReadOnlyBashFS(mounted, at) if mount.read_only else mounted)
     return root
 
 
@@ -137,7 +140,7 @@ class BashResult(dict):  # type: ignore[type-arg]
 
 
 async def run_bash_step(
-    ctx: "RunContext",
+    ctx: Any,
     path: str,
     script: str,
     mounts: dict[str, Any] | None = None,

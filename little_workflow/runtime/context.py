@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
@@ -19,6 +19,10 @@ from ..errors import (
 from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
 from ..world.models import Event, thaw
+from .bash_steps import run_bash_step
+from .memory import RunMemory
+from .pipeline import call_workflow
+from .plans import Plans
 from .state import RunLog, StepRecord
 from .steps import (
     NO_RETRY,
@@ -47,24 +51,6 @@ class _Group:
 
 _group: contextvars.ContextVar[_Group | None] = contextvars.ContextVar("lw_group", default=None)
 
-# World-wide step slots: one asyncio.Semaphore per (World, event loop).
-_slots: "weakref.WeakKeyDictionary[Any, dict[Any, asyncio.Semaphore]]" = weakref.WeakKeyDictionary()
-_slots_guard = threading.Lock()
-
-
-def _world_slots(world: Any) -> asyncio.Semaphore | None:
-    cap = world.max_concurrent_steps
-    if not cap:
-        return None
-    base = getattr(world, "wrapped", world)
-    loop = asyncio.get_running_loop()
-    with _slots_guard:
-        per_loop = _slots.setdefault(base, {})
-        sem = per_loop.get(loop)
-        if sem is None:
-            sem = per_loop[loop] = asyncio.Semaphore(cap)
-        return sem
-
 
 class RunContext:
     """Handed to the workflow function: `await ctx.step(...)`, `await ctx.parallel(...)`."""
@@ -79,6 +65,7 @@ class RunContext:
         log: RunLog,
         mode: Mode = "execute",
         pipeline: Any = None,
+        run_child: Callable[..., Any] | None = None,
     ):
         self.world = world
         self.workflow = workflow
@@ -87,12 +74,17 @@ class RunContext:
         self.log = log
         self.mode = mode
         self.pipeline = pipeline
+        #: Starts a sub-run (pipelines): `await run_child(wf, input, world=, run_id=, pipeline=)`.
+        self.run_child = run_child
         self._claimed: set[str] = set()
         self._floor = 0
         self._log_lock = threading.Lock()
-        self._memory: Any = None
-        self._plans: Any = None
+        self._memory: RunMemory | None = None
+        self._plans: Plans | None = None
         self._calls = 0  # sub-workflow calls made so far (pipelines)
+        # Threads of sync steps that overran their timeout and still run: no retry of that
+        # step starts before its thread has returned (one attempt at a time).
+        self._abandoned: dict[str, threading.Event] = {}
 
     @property
     def workflow_id(self) -> str:
@@ -137,17 +129,20 @@ class RunContext:
                             "step paths must be unique")
         self._claimed.add(path)
 
-    def scratch_fs(self, parts: tuple[str, ...]) -> Any:
-        from fsspec.implementations.dirfs import DirFileSystem
-
-        path = self.world.path("runs", self.run_id, *parts)
-        self.world.publisher.ensure_dir(path)
-        return DirFileSystem(path=path, fs=self.world.files)
+    def scratch_view(self, *parts: str) -> Any:
+        """A folder under `runs/<runId>/` as an fsspec filesystem (through the World)."""
+        return self.world.file_view("/".join(("runs", self.run_id, *parts)))
 
     @property
     def scratch(self) -> Any:
         """The run's scratch folder (`runs/<runId>/scratch/`) as an fsspec filesystem."""
-        return self.scratch_fs(("scratch",))
+        return self.scratch_view("scratch")
+
+    def next_call_index(self) -> int:
+        """The index of the next sub-workflow call (pipelines), in call order."""
+        index = self._calls
+        self._calls += 1
+        return index
 
     # ---- steps ----------------------------------------------------------------------
 
@@ -224,9 +219,12 @@ class RunContext:
         goes on. It survives a process kill either way."""
         attempt = rec.attempts if rec else 0
         failures = rec.failures if rec else 0
-        threaded = timeout is not None or _group.get() is not None
-        slots = _world_slots(self.world)
+        threaded = _group.get() is not None
+        slots = self.world.step_slots if self.world.max_concurrent_steps else None
         while True:
+            earlier = self._abandoned.pop(path, None)
+            if earlier is not None:
+                await asyncio.to_thread(earlier.wait)  # one attempt at a time
             attempt += 1
             # Not fsynced on its own: the step's success (or the next durable event) makes
             # it durable; losing it in a power cut only forgets an attempt number.
@@ -235,13 +233,13 @@ class RunContext:
             token = set_current(info)
             try:
                 if slots is not None:
-                    info._slot = StepSlot(slots)
-                    await info._slot.acquire()
+                    info.slot = StepSlot(slots)
+                    await info.slot.acquire()
                 try:
-                    result = await self._invoke(path, fn, args, timeout, threaded)
+                    result = await self._invoke(path, fn, args, timeout, threaded, info)
                 finally:
-                    if info._slot is not None:
-                        info._slot.release()
+                    if info.slot is not None and path not in self._abandoned:
+                        info.slot.release()
                 value = to_json_value(result, self.run_id, path)
             except asyncio.CancelledError:
                 raise
@@ -274,13 +272,40 @@ class RunContext:
 
     async def _invoke(
         self, path: str, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None,
-        threaded: bool,
+        threaded: bool, info: StepInfo,
     ) -> Any:
         if timeout is None:
             return await call_step_fn(fn, args, threaded=threaded)
+        if inspect.iscoroutinefunction(fn):
+            try:
+                return await asyncio.wait_for(fn(*args), timeout)  # cancelled on timeout
+            except TimeoutError:
+                raise StepTimeoutError(path, timeout) from None
+        # A sync function cannot be stopped: on timeout its thread is abandoned. It keeps
+        # its world slot until it returns, and no retry starts before then.
+        finished = threading.Event()
+        lock = threading.Lock()
+        abandoned = False
+
+        def run() -> Any:
+            nonlocal abandoned
+            try:
+                return fn(*args)
+            finally:
+                with lock:
+                    finished.set()
+                    if abandoned and info.slot is not None:
+                        info.slot.release()
+
+        work = asyncio.ensure_future(asyncio.to_thread(run))
         try:
-            return await asyncio.wait_for(call_step_fn(fn, args, threaded=True), timeout)
+            return await asyncio.wait_for(asyncio.shield(work), timeout)
         except TimeoutError:
+            with lock:
+                if not finished.is_set():
+                    abandoned = True
+                    self._abandoned[path] = finished
+            work.add_done_callback(_consume_result)
             raise StepTimeoutError(path, timeout) from None
 
     async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -334,30 +359,38 @@ class RunContext:
     # ---- features built on top (memory, plans, pipelines, bash) -----------------------
 
     @property
-    def memory(self) -> Any:
+    def memory(self) -> RunMemory:
+        """Memory stores: `.org` (read-only), `.pipeline`, `.workflow`; writes journaled."""
         if self._memory is None:
-            from .memory import RunMemory
-
             self._memory = RunMemory(self)
         return self._memory
 
     @property
-    def plans(self) -> Any:
+    def plans(self) -> Plans:
+        """Kept plans: `keep(name, value)` and `reuse(name)`."""
         if self._plans is None:
-            from .plans import Plans
-
             self._plans = Plans(self)
         return self._plans
 
     async def call_workflow(self, name: str, input: Any) -> Any:
-        from .pipeline import call_workflow
-
+        """Run pipeline member `name` as a sub-run (its id reserved in this run's log)."""
         return await call_workflow(self, name, input)
 
     async def bash(self, path: str, script: str, **options: Any) -> Any:
-        from .bash_steps import run_bash_step
-
+        """Run `script` in just-bash over views of this World (`/scratch`, `/run`,
+        `/memory/*`, skills, user mounts), recorded as step `path`: a resumed run gets
+        the recorded stdout, stderr and exit code without running it again. Options:
+        `mounts={"/at": lw.read_only("folder") | lw.file_mount("file") | "folder"}`,
+        `env={...}`, `limits=...` (just-bash ExecutionLimits or a dict). Needs the `bash`
+        extra (`pip install 'little-workflow[bash]'`)."""
         return await run_bash_step(self, path, script, **options)
+
+
+def _consume_result(work: "asyncio.Future[Any]") -> None:
+    # An abandoned step's late result or error is of no use to anyone; reading it keeps
+    # asyncio from reporting "exception was never retrieved".
+    if not work.cancelled():
+        work.exception()
 
 
 def _is_small_scalar(value: Any) -> bool:

@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from ..errors import InputMismatchError, RunLockedError, WorkflowFailedError
 from ..world.ids import content_hash, sha256_hex, validate_name
 from ..world.models import thaw
+from .runner import arun_single, input_json, offload
 from .state import RunResult
 from .workflow import Workflow
 
@@ -87,20 +88,18 @@ async def arun_outer_loop(
     supervise: Callable[..., Any] | None,
     outer_loop_id: str | None,
 ) -> RunResult:
-    from .runner import _input_json, _io, arun_workflow
-
     if not max_outer_cycles or max_outer_cycles < 1:
         raise ValueError("max_outer_cycles must be a positive integer for an outer loop")
     if supervise is None:
         raise ValueError("an outer loop needs supervise=fn(cycle, history) -> Done | Continue")
-    value = _input_json(wf, input, outer_loop_id or "outer loop")
+    value = input_json(wf, input, outer_loop_id or "outer loop")
     input_hash = content_hash(value)
     if outer_loop_id is None:
         outer_loop_id = "ol_" + sha256_hex(wf.definition_hash + input_hash)[:16]
     validate_name("outer loop id", outer_loop_id)
     path = _manifest_path(outer_loop_id)
     async with _fenced(world, outer_loop_id):
-        manifest = await _io(world, world.read_document, path) or {
+        manifest = await offload(world, world.read_document, path) or {
             "outerLoopId": outer_loop_id,
             "goal": {"workflowDefinitionHash": wf.definition_hash,
                      "description": (inspect.getdoc(wf.fn) or wf.id).strip()},
@@ -128,9 +127,9 @@ async def arun_outer_loop(
             cycles: list[dict[str, Any]] = manifest["cycles"]
             number = len(cycles) + 1
             run_id = manifest.get("pendingCycleRunId") or _cycle_run_id(outer_loop_id, number)
-            events = await _io(world, world.list_events, run_id)
+            events = await offload(world, world.list_events, run_id)
             if events and events[0].type == "run.created":
-                cycle_input = thaw(events[0].payload.get("input"))  # a cycle already started
+                cycle_input = world.resolve_refs(thaw(events[0].payload.get("input")))  # a cycle already started
             elif number == 1:
                 cycle_input = value
             elif next_input is not _UNSET:
@@ -139,15 +138,16 @@ async def arun_outer_loop(
                 # A crash came after the previous cycle's Continue but before this cycle's
                 # run was created: ask the (deterministic) supervisor again.
                 prev = cycles[-1]
-                prev_events = await _io(world, world.list_events, prev["runId"])
-                prev_input = thaw(prev_events[0].payload.get("input")) if prev_events else None
+                prev_events = await offload(world, world.list_events, prev["runId"])
+                prev_input = (world.resolve_refs(thaw(prev_events[0].payload.get("input")))
+                              if prev_events else None)
                 decision = await _decide(supervise, {**prev, "input": prev_input}, cycles[:-1])
                 cycle_input = decision.next_input if isinstance(decision, Continue) else value
             if manifest.get("pendingCycleRunId") != run_id:
                 manifest["pendingCycleRunId"] = run_id
-                await _io(world, world.write_document, path, manifest)
+                await offload(world, world.write_document, path, manifest)
             try:
-                result = await arun_workflow(wf, cycle_input, world=world, run_id=run_id)
+                result = await arun_single(wf, cycle_input, world=world, run_id=run_id)
                 status, output = "completed", result.output
             except WorkflowFailedError:
                 status, output = "failed", None
@@ -155,7 +155,7 @@ async def arun_outer_loop(
                      "workflowVersionId": wf.version_id, "status": status, "output": output}
             decision = await _decide(supervise, {**cycle, "input": cycle_input}, list(cycles))
             done = isinstance(decision, Done)
-            await _io(world, functools.partial(
+            await offload(world, functools.partial(
                 world.append_event, run_id, "outer_loop.cycle_completed",
                 {"outerLoopId": outer_loop_id, "cycleNumber": number, "status": status,
                  "output": output, "decision": "done" if done else "continue"},
@@ -166,7 +166,7 @@ async def arun_outer_loop(
                 manifest["result"] = {"kind": "done", "finalOutput": decision.final_output}
             elif number >= manifest["maxCycles"]:
                 manifest["result"] = {"kind": "max_cycles", "finalOutput": output}
-            await _io(world, world.write_document, path, manifest)
+            await offload(world, world.write_document, path, manifest)
             if manifest["result"]:
                 return finished()
             next_input = decision.next_input

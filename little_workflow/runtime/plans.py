@@ -5,19 +5,16 @@ so a resumed or replayed run sees the same plan."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..world.ids import content_hash, validate_name
 from ..world.models import thaw
-
-if TYPE_CHECKING:
-    from .context import RunContext
 
 PLANS_DIR = "planner-reuse"
 
 
 class Plans:
-    def __init__(self, ctx: "RunContext"):
+    def __init__(self, ctx: Any):
         self._ctx = ctx
 
     def _relative(self, run_id: str, name: str) -> str:
@@ -30,7 +27,7 @@ class Plans:
         if ctx.replaying:
             return
         data = json.dumps(value, ensure_ascii=False, sort_keys=True).encode()
-        ctx.world.publisher.replace(ctx.world.path(self._relative(ctx.run_id, name)), data)
+        ctx.world.write_file(self._relative(ctx.run_id, name), data)
         digest = content_hash(value)
         ctx.append_sync("plan.kept", {
             "name": name, "workflowVersionId": ctx.workflow.version_id, "contentHash": digest,
@@ -42,7 +39,7 @@ class Plans:
         ctx = self._ctx
         recorded = ctx.log.plans_reused.get(name)
         if recorded is not None:
-            return thaw(recorded.get("plan"))
+            return ctx.world.resolve_refs(thaw(recorded.get("plan")))
         if ctx.replaying:
             return None
         source, plan = self._newest(name)
@@ -57,10 +54,10 @@ class Plans:
         ctx = self._ctx
         world = ctx.world
         best: tuple[str, str, Any] | None = None  # (keptAt, runId, plan)
-        for run_id in world.publisher.list_names(world.path("runs")):
+        for run_id in world.list_dir("runs"):
             if run_id == ctx.run_id:
                 continue
-            raw = world.publisher.read(world.path(self._relative(run_id, name)))
+            raw = world.read_file(self._relative(run_id, name))
             if raw is None:
                 continue
             kept_at = next((e.created_at for e in reversed(world.list_events(run_id))

@@ -1,4 +1,8 @@
-"""Starting, resuming and replaying runs."""
+"""Running one run: start or resume it under its lock, and replay it.
+
+The public entry points (`run_workflow`, outer loops, pipelines) are in `api.py`; this
+module knows nothing of them. A run that calls sub-workflows gets `arun_single` handed to
+its context (`run_child`), so nothing here imports the features built on top."""
 
 from __future__ import annotations
 
@@ -48,7 +52,8 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return box["value"]
 
 
-def _input_json(wf: Workflow, input: Any, run_id: str) -> Any:
+def input_json(wf: Workflow, input: Any, run_id: str) -> Any:
+    """The run input as plain JSON, validated against the workflow's input schema."""
     try:
         from pydantic import BaseModel
 
@@ -57,67 +62,47 @@ def _input_json(wf: Workflow, input: Any, run_id: str) -> Any:
         frozen = frozen_json(input, "input")
     except TypeError as e:
         raise SchemaValidationError(f"input of run {run_id}", f"not JSON ({e})") from None
+    except RecursionError:
+        raise SchemaValidationError(f"input of run {run_id}", "nested too deeply") from None
     value = thaw(frozen)
-    wf.validate_input(value)
+    try:
+        wf.validate_input(value)
+    except RecursionError:
+        raise SchemaValidationError(f"input of run {run_id}", "nested too deeply") from None
     return value
 
 
-def _world_or_default(world: Any) -> Any:
-    if world is not None:
-        return world
-    from ..world import default_world
-
-    return default_world()
-
-
-async def _io(world: Any, fn: Callable[..., T], *args: Any) -> T:
+async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
+    """Call a World method, in a worker thread where it may block for long."""
     if world.blocking:
         return await asyncio.to_thread(fn, *args)
     return fn(*args)
 
 
 def register_version(world: Any, wf: Workflow) -> None:
-    key = ("workflow-version", wf.version_id)
-    if key in world.state.resources:
-        return
-    world.write_document_once(f"workflow-versions/{wf.version_id}.json", wf.version_record())
-    world.state.resources[key] = True
+    path = f"workflow-versions/{wf.version_id}.json"
+    if world.file_info(path) is None:
+        world.create_document(path, wf.version_record())
 
 
-async def arun_workflow(
-    wf: Workflow,
-    input: Any = None,
-    *,
-    world: Any = None,
-    run_id: str | None = None,
-    max_outer_cycles: int | None = None,
-    supervise: Callable[..., Any] | None = None,
-    outer_loop_id: str | None = None,
-    _pipeline: Any = None,
+async def arun_single(
+    wf: Workflow, input: Any, *, world: Any, run_id: str | None, pipeline: Any = None
 ) -> RunResult:
-    """Start or resume a run (coroutine form of `run_workflow`)."""
+    """Start or resume one run of `wf` (no outer loop)."""
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
-    if max_outer_cycles is not None or supervise is not None or outer_loop_id is not None:
-        from .outer_loop import arun_outer_loop
-
-        return await arun_outer_loop(
-            wf, input, world=_world_or_default(world), max_outer_cycles=max_outer_cycles,
-            supervise=supervise, outer_loop_id=outer_loop_id,
-        )
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
-    value = _input_json(wf, input, run_id)
-    world = _world_or_default(world)
+    value = input_json(wf, input, run_id)
     if wf.skills:
         from .bash_steps import check_skill_sources
 
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
-        return await _run_locked(world, wf, value, run_id, _pipeline)
+        return await _run_locked(world, wf, value, run_id, pipeline)
 
 
 async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any) -> RunResult:
-    events = await _io(world, world.list_events, run_id)
+    events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
     input_hash = content_hash(input)
     if log.created is not None:
@@ -130,10 +115,10 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
         if log.status == "failed":
             raise WorkflowFailedError(run_id, None, thaw(log.error) or {})
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
-                     pipeline=pipeline)
+                     pipeline=pipeline, run_child=arun_single)
     if log.created is None:
-        await _io(world, register_version, world, wf)
-        await _io(world, world.publisher.ensure_dir, world.path("runs", run_id, "scratch"))
+        await offload(world, register_version, world, wf)
+        await offload(world, world.ensure_dir, f"runs/{run_id}/scratch")
         await ctx.append("run.created", {
             "workflowId": wf.id, "workflowVersionId": wf.version_id,
             "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
@@ -153,7 +138,7 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
         raise OutputSchemaError(run_id, e) from e
     payload: dict[str, Any] = {}
     if output is not None and len(canonical_json(output)) > INLINE_OUTPUT_LIMIT:
-        manifest = await _io(world, world.write_artifact, run_id, "", "run-output", output)
+        manifest = await offload(world, world.write_artifact, run_id, "", "run-output", output)
         payload["outputRef"] = manifest.artifact_ref
     else:
         payload["output"] = output
@@ -176,29 +161,24 @@ def _result(world: Any, log: RunLog, wf: Workflow | None) -> RunResult:
     )
 
 
-def run_workflow(wf: Workflow, input: Any = None, **kwargs: Any) -> RunResult:
-    """Start or resume a run and wait for it. Works in plain scripts and inside a running
-    event loop (a notebook cell). See `arun_workflow` for the keyword arguments."""
-    return run_sync(lambda: arun_workflow(wf, input, **kwargs))
-
-
 def materialize_run_state(world: Any, run_id: str) -> RunState:
     """Fold a run's events into its state (status, steps, output)."""
     validate_run_id(run_id)
     events = world.list_events(run_id)
-    return materialize(RunLog.fold(run_id, events), world.read_artifact)
+    return materialize(RunLog.fold(run_id, events), world.read_artifact, world.resolve_refs)
 
 
 async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
     validate_run_id(run_id)
-    events = await _io(world, world.list_events, run_id)
+    events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
     if log.created is None:
         raise ReplayDivergenceError(run_id, "-", "the log holds no run.created event")
-    ctx = RunContext(world=world, workflow=wf, run_id=run_id,
-                     input=thaw(log.created.get("input")), log=log, mode="replay")
+    input = world.resolve_refs(thaw(log.created.get("input")))
+    ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
+                     mode="replay", run_child=arun_single)
     try:
-        output = await wf.fn(ctx, thaw(log.created.get("input")))
+        output = await wf.fn(ctx, input)
     except ReplayDivergenceError:
         raise
     except Exception:
@@ -215,9 +195,8 @@ def replay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
 
 
 __all__ = [
-    "arun_workflow",
     "areplay_run",
+    "arun_single",
     "materialize_run_state",
     "replay_run",
-    "run_workflow",
 ]

@@ -155,9 +155,11 @@ class RunResult(_Model):
     cycles: list[dict[str, Any]] | None = None
 
 
-def materialize(log: RunLog, read_artifact: Any) -> RunState:
+def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> RunState:
     def resolve(value: Any, ref: str | None) -> Any:
-        return read_artifact(ref) if ref else thaw(value)
+        if ref:
+            return read_artifact(ref)
+        return resolve_refs(thaw(value)) if resolve_refs else thaw(value)
 
     created = log.created or {}
     return RunState(
@@ -165,7 +167,7 @@ def materialize(log: RunLog, read_artifact: Any) -> RunState:
         status=log.status,
         workflow_id=created.get("workflowId"),
         workflow_version_id=created.get("workflowVersionId"),
-        input=thaw(created.get("input")),
+        input=resolve(created.get("input"), None),
         output=resolve(log.output, log.output_ref),
         error=thaw(log.error),
         steps={

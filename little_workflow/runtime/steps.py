@@ -7,14 +7,13 @@ import asyncio
 import contextvars
 import inspect
 import random
+import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..errors import NotInStepError
 from ..world.ids import canonical_json, request_digest, sha256_hex
-
-if TYPE_CHECKING:
-    from .context import RunContext
+from ..world.models import thaw
 
 
 @dataclass(frozen=True)
@@ -47,22 +46,26 @@ def error_record(exc: BaseException) -> dict[str, Any]:
 
 
 class StepSlot:
-    """A world-wide step slot, held while a step's function runs. A step whose function
-    starts durable work of its own (a nested step or parallel group) becomes a container
-    and gives its slot back, so nesting never deadlocks under `max_concurrent_steps`."""
+    """A world-wide step slot (`world.step_slots`), held while a step's function runs. A
+    step whose function starts durable work of its own (a nested step or parallel group)
+    becomes a container and gives its slot back, so nesting never deadlocks under
+    `max_concurrent_steps`. Releasing is idempotent and safe from any thread (an
+    abandoned step thread gives its slot back when it finally returns)."""
 
-    def __init__(self, semaphore: asyncio.Semaphore):
-        self._semaphore = semaphore
+    def __init__(self, slots: Any):
+        self._slots = slots
         self._held = False
+        self._lock = threading.Lock()
 
     async def acquire(self) -> None:
-        await self._semaphore.acquire()
+        await self._slots.acquire()
         self._held = True
 
     def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._semaphore.release()
+        with self._lock:
+            held, self._held = self._held, False
+        if held:
+            self._slots.release()
 
 
 @dataclass
@@ -72,10 +75,10 @@ class StepInfo:
     run_id: str
     step_path: str
     attempt: int
-    _ctx: "RunContext" = field(repr=False)
+    _ctx: Any = field(repr=False)
     _call_index: int = field(default=0, repr=False)
     _scratch: Any = field(default=None, repr=False)
-    _slot: StepSlot | None = field(default=None, repr=False)
+    slot: StepSlot | None = field(default=None, repr=False)
 
     @property
     def world(self) -> Any:
@@ -85,7 +88,7 @@ class StepInfo:
     def scratch(self) -> Any:
         """This step's scratch folder as an fsspec filesystem rooted there."""
         if self._scratch is None:
-            self._scratch = self._ctx.scratch_fs(("steps", *self.step_path.split("/"), "scratch"))
+            self._scratch = self._ctx.scratch_view("steps", *self.step_path.split("/"), "scratch")
         return self._scratch
 
     def _call_key(self, kind: str, name: str, request: Any) -> tuple[str, int, str]:
@@ -124,7 +127,7 @@ class StepInfo:
         if inspect.iscoroutinefunction(fn):
             async def run_async() -> Any:
                 if recorded is not None:
-                    return recorded.get("result")
+                    return ctx.world.resolve_refs(thaw(recorded.get("result")))
                 started()
                 try:
                     result = await fn(request)
@@ -135,7 +138,7 @@ class StepInfo:
 
             return run_async()
         if recorded is not None:
-            return recorded.get("result")
+            return ctx.world.resolve_refs(thaw(recorded.get("result")))
         started()
         try:
             result = fn(request)
@@ -152,7 +155,7 @@ class StepInfo:
             f"harness.{kind}.succeeded", {**base, "result": value}, idempotency_key=key + ":succeeded"
         )
         self._ctx.log.harness_results[key] = dict(event.payload)
-        return event.payload["result"]
+        return thaw(value)
 
 
 _current: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
@@ -167,6 +170,11 @@ def current_step() -> StepInfo:
     return info
 
 
+def current_step_or_none() -> StepInfo | None:
+    """The running step, or None in a workflow body."""
+    return _current.get()
+
+
 def set_current(info: StepInfo | None) -> contextvars.Token[StepInfo | None]:
     return _current.set(info)
 
@@ -174,8 +182,8 @@ def set_current(info: StepInfo | None) -> contextvars.Token[StepInfo | None]:
 def release_enclosing_slot() -> None:
     """Called when durable work starts: an enclosing step is a container from now on."""
     outer = _current.get()
-    if outer is not None and outer._slot is not None:
-        outer._slot.release()
+    if outer is not None and outer.slot is not None:
+        outer.slot.release()
 
 
 def reset_current(token: contextvars.Token[StepInfo | None]) -> None:
@@ -186,8 +194,8 @@ async def call_step_fn(fn: Callable[..., Any], args: tuple[Any, ...], *, threade
     if inspect.iscoroutinefunction(fn):
         return await fn(*args)
     if threaded:
-        # A sync function in a parallel group or with a timeout runs in a worker thread so
-        # it overlaps its siblings and can be timed out; context (current_step) is copied.
+        # A sync function in a parallel group runs in a worker thread so it overlaps its
+        # siblings; context (current_step) is copied.
         return await asyncio.to_thread(fn, *args)
     result = fn(*args)
     if inspect.isawaitable(result):

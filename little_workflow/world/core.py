@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import math
+import weakref
 from typing import Any, Iterator
 
 from ..errors import (
@@ -17,6 +18,8 @@ from ..errors import (
     EventLogCorruptError,
     IdempotencyConflictError,
     LittleWorkflowError,
+    RunFinishedError,
+    WorldPathError,
 )
 from .artifacts import ArtifactStore
 from .event_stores import EventStore
@@ -31,9 +34,18 @@ from .ids import (
     validate_run_id,
 )
 from .locks import CrossProcessLocks, held
-from .models import ArtifactManifest, Event, FrozenDict, FrozenList
-from .publish import Publisher
-from .shared_state import RunLedger, StorageState
+from .models import ArtifactManifest, Event, FrozenDict, FrozenList, thaw
+from .publish import Publisher, is_temp_name
+from .shared_state import TERMINAL_STATUS, RunLedger, StorageState
+from .slots import StepSlots
+from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
+
+#: A payload value whose canonical JSON is larger than this is stored as an artifact and
+#: referenced as `{"$ref": "artifact://…"}` (DESIGN §10: bounded events).
+INLINE_LIMIT = 64 * 1024
+REF_KEY = "$ref"
+#: Terminal events: nothing is appended after them, except the outer loop's record.
+AFTER_END_ALLOWED = frozenset({"outer_loop.cycle_completed"})
 
 
 class EventPayloadError(LittleWorkflowError, TypeError):
@@ -107,11 +119,31 @@ class World:
         self.state = state
         self.artifacts = ArtifactStore(publisher, data_dir, state)
         self.max_concurrent_steps = max_concurrent_steps
+        #: The World-wide cap on step functions running at once, in any thread or loop.
+        self.step_slots = StepSlots(max_concurrent_steps)
         self.host_sources_allowed = host_sources_allowed
         self._cross_process_locks = cross_process_locks
+        state.opened()
+        # A World dropped without close() still gives its share of the storage back.
+        self._finalizer = weakref.finalize(self, state.closed)
 
     def __repr__(self) -> str:
         return f"<World {self.kind} {self.data_dir}>"
+
+    def close(self) -> None:
+        """Release this World; the last World over a storage closes what they shared
+        (local_world: the SQLite connection). Closing twice is harmless."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> "World":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     @property
     def blocking(self) -> bool:
@@ -146,12 +178,20 @@ class World:
             payload_json = canonical_json(frozen)
         except (TypeError, ValueError) as e:
             raise EventPayloadError(run_id, type, str(e)) from None
+        except RecursionError:
+            raise EventPayloadError(run_id, type, "it is nested too deeply to store") from None
+        if len(payload_json) > INLINE_LIMIT:
+            frozen = self._spill(run_id, type, frozen)
+            payload_json = canonical_json(frozen)
+            refs = set()
+            frozen_json(frozen, "payload", refs)
         type_json = json_string(type)
         # canonical_json({"type": type, "payload": payload}), built from the one encoding
         # of the payload ("payload" sorts before "type").
         digest = "sha256:" + hashlib.sha256(
             f'{{"payload":{payload_json},"type":{type_json}}}'.encode("utf-8")).hexdigest()
         ledger = self._loaded_ledger(run_id)
+        fence = self.state.fences.get(run_id)
         with ledger.lock:
             # 1. receipt lookup
             if idempotency_key is not None:
@@ -161,7 +201,11 @@ class World:
             # 2. artifact-reference validation
             for ref in refs:
                 self.artifacts.require(ref)
-            # 3. sequence allocation
+            # 3. sequence allocation — never after the run's end, never by a holder that
+            # may have lost its lease
+            self._check_open(run_id, ledger, type)
+            if fence is not None:
+                fence()
             while True:
                 sequence = ledger.last_sequence + 1
                 event = Event(event_id(run_id, sequence), run_id, sequence, type, frozen,
@@ -170,7 +214,7 @@ class World:
                 if self.events.publish_if_absent(
                     run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
                 ):
-                    ledger.note(sequence, idempotency_key, digest)
+                    ledger.note(sequence, idempotency_key, digest, type)
                     return event
                 # Another writer (another process or host) took this sequence: learn what
                 # it wrote, then look for our receipt again before taking the next one.
@@ -180,6 +224,7 @@ class World:
                     found = self._receipt(run_id, ledger, idempotency_key, digest)
                     if found is not None:
                         return found
+                self._check_open(run_id, ledger, type)
                 if ledger.last_sequence == before:
                     raise EventLogCorruptError(
                         run_id,
@@ -190,6 +235,47 @@ class World:
     def sync(self) -> None:
         """Make every event appended so far durable — `durable=False` appends included."""
         self.events.sync()
+
+    @staticmethod
+    def _check_open(run_id: str, ledger: RunLedger, type_: str) -> None:
+        if ledger.finished is not None and type_ not in AFTER_END_ALLOWED:
+            raise RunFinishedError(run_id, ledger.finished, type_)
+
+    def _spill(self, run_id: str, type_: str, value: Any, pointer: str = "") -> Any:
+        """Move every value larger than INLINE_LIMIT into an artifact, innermost first;
+        a dict still too large then gives up its largest members. Deterministic, so a
+        repeated append (same idempotency key) stores the same payload."""
+        size = len(canonical_json(value))
+        if size <= INLINE_LIMIT:
+            return value
+        if isinstance(value, dict) and not _is_ref(value):
+            out = {k: self._spill(run_id, type_, v, f"{pointer}/{k}") for k, v in value.items()}
+            sizes = sorted(((len(canonical_json(v)), k) for k, v in out.items() if not _is_ref(v)),
+                           reverse=True)
+            total = len(canonical_json(out))
+            for member_size, k in sizes:
+                if total <= INLINE_LIMIT:
+                    break
+                out[k] = self._stored_ref(run_id, type_, out[k], f"{pointer}/{k}")
+                total -= member_size
+            return FrozenDict(out)
+        return self._stored_ref(run_id, type_, value, pointer)
+
+    def _stored_ref(self, run_id: str, type_: str, value: Any, pointer: str) -> FrozenDict:
+        manifest = self.artifacts.write(run_id, "", f"event:{type_}:{pointer or '/'}",
+                                        thaw(value), content_type="application/json",
+                                        encoding="json")
+        return FrozenDict({REF_KEY: manifest.artifact_ref})
+
+    def resolve_refs(self, value: Any) -> Any:
+        """A payload value with every spilled `{"$ref": "artifact://…"}` read back."""
+        if isinstance(value, dict):
+            if _is_ref(value):
+                return self.read_artifact(value[REF_KEY])
+            return {k: self.resolve_refs(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.resolve_refs(v) for v in value]
+        return value
 
     def _receipt(self, run_id: str, ledger: RunLedger, key: str, digest: str) -> Event | None:
         hit = ledger.receipts.get(key)
@@ -210,14 +296,22 @@ class World:
         return ledger
 
     def _catch_up(self, run_id: str, ledger: RunLedger) -> list[Event]:
-        events = self._parse(run_id, self.events.read_after(run_id, ledger.last_sequence))
+        after = ledger.last_sequence
+        events = self._parse(run_id, self.events.read_after(run_id, after), after)
         for e in events:
-            ledger.note(e.sequence, e.append_idempotency_key, e.request_digest)
+            ledger.note(e.sequence, e.append_idempotency_key, e.request_digest, e.type)
         return events
 
-    def _parse(self, run_id: str, rows: list[tuple[int, bytes]]) -> list[Event]:
+    def _parse(self, run_id: str, rows: list[tuple[int, bytes]], after: int) -> list[Event]:
         out = []
+        expected = after + 1
         for sequence, data in rows:
+            if sequence != expected:
+                # A lost event below the highest one: never resume or re-execute over it.
+                raise EventLogCorruptError(
+                    run_id, f"{self.events.description} run {run_id}",
+                    f"event {expected} is missing: the log jumps from {expected - 1} to {sequence}")
+            expected += 1
             where = f"{self.events.description} run {run_id} event {sequence}"
             try:
                 envelope = json.loads(data)
@@ -235,12 +329,12 @@ class World:
         validate_run_id(run_id)
         if not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, not {after!r}")
-        events = self._parse(run_id, self.events.read_after(run_id, after))
+        events = self._parse(run_id, self.events.read_after(run_id, after), after)
         ledger = self.state.ledger(run_id)
         if events:
             with ledger.lock:
                 for e in events:
-                    ledger.note(e.sequence, e.append_idempotency_key, e.request_digest)
+                    ledger.note(e.sequence, e.append_idempotency_key, e.request_digest, e.type)
                 if after == 0:
                     ledger.loaded = True
         return events
@@ -250,7 +344,7 @@ class World:
         data = self.events.read_one(run_id, sequence)
         if data is None:
             raise EventLogCorruptError(run_id, self.events.description, f"event {sequence} is missing")
-        return self._parse(run_id, [(sequence, data)])[0]
+        return self._parse(run_id, [(sequence, data)], sequence - 1)[0]
 
     def list_runs(self) -> list[str]:
         return sorted(self.events.run_ids())
@@ -273,9 +367,6 @@ class World:
 
     def read_artifact(self, ref: str) -> Any:
         return self.artifacts.read(ref)
-
-    def read_artifact_manifest(self, ref: str) -> ArtifactManifest:
-        return self.artifacts.read_manifest(ref)
 
     def list_artifacts(self, run_id: str | None = None) -> list[ArtifactManifest]:
         manifests = []
@@ -321,23 +412,85 @@ class World:
             raise ValueError(f"memory scope {scope!r} needs a key (workflow id or pipeline key)")
         return MemoryStore(self, scope, key)
 
-    # ---- small documents (manifests, versions, memory) -------------------------------
+    # ---- files, folders and documents (paths relative to the data dir) ---------------
+    # Everything the runtime keeps besides events and artifacts — memory files, kept
+    # plans, workflow versions, outer-loop manifests, scratch folders, bash mounts —
+    # goes through these, so a wrapper (tracing_world) sees every read and write.
 
-    def write_document(self, relative_path: str, doc: Any) -> None:
-        """Replace a small JSON document atomically (temp, fsync, rename, dir fsync)."""
-        data = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
-        self.publisher.replace(self.path(relative_path), data)
+    def _file_path(self, relative_path: str) -> str:
+        if not isinstance(relative_path, str):
+            raise WorldPathError(f"invalid path {relative_path!r}: a string relative to the data dir")
+        rel = relative_path.strip("/")
+        parts = rel.split("/") if rel else []
+        if any(p in ("", ".", "..") or is_temp_name(p) for p in parts):
+            raise WorldPathError(f"invalid path {relative_path!r}: no empty, '.', '..' or temp segments")
+        return self.path(*parts) if parts else self.data_dir
 
-    def write_document_once(self, relative_path: str, doc: Any) -> bool:
-        data = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
-        return self.publisher.publish_if_absent(self.path(relative_path), data)
+    def read_file(self, relative_path: str) -> bytes | None:
+        """The bytes of a file, or None when there is none."""
+        return self.publisher.read(self._file_path(relative_path))
+
+    def write_file(self, relative_path: str, data: bytes, *, durable: bool = True) -> None:
+        """Replace a file atomically (readers see the old or the new bytes), creating its
+        folder; durable: file and directory entries synced where the backend can."""
+        path = self._file_path(relative_path)
+        self.publisher.ensure_dir(path.rsplit("/", 1)[0])
+        self.publisher.replace(path, bytes(data), durable=durable)
+
+    def create_file(self, relative_path: str, data: bytes) -> bool:
+        """Publish a file once: False (and nothing changed) when it already exists."""
+        path = self._file_path(relative_path)
+        return self.publisher.publish_if_absent(path, bytes(data))
+
+    def remove_file(self, relative_path: str) -> bool:
+        return self.publisher.remove(self._file_path(relative_path))
+
+    def remove_dir(self, relative_path: str) -> None:
+        """Remove an empty folder."""
+        self.publisher.remove_dir(self._file_path(relative_path))
+
+    def list_dir(self, relative_path: str = "") -> list[str]:
+        """Names directly in a folder (temporary names left out), sorted."""
+        return self.publisher.list_names(self._file_path(relative_path))
+
+    def file_info(self, relative_path: str) -> dict[str, Any] | None:
+        """`{"type": "file" | "directory", "size": n}` or None."""
+        return self.publisher.info(self._file_path(relative_path))
+
+    def ensure_dir(self, relative_path: str) -> None:
+        self.publisher.ensure_dir(self._file_path(relative_path))
+
+    def file_view(self, relative_root: str, *, read_only: bool = False,
+                  journal: ChangeJournal | None = None) -> Any:
+        """A folder of this World as an fsspec filesystem whose every operation is a call
+        of this World's file methods (scratch folders, memory stores, bash mounts)."""
+        view = WorldFileSystem(self, relative_root, journal=journal)
+        return ReadOnlyFileSystem(view, label=relative_root) if read_only else view
 
     def read_document(self, relative_path: str) -> Any | None:
-        raw = self.publisher.read(self.path(relative_path))
+        raw = self.read_file(relative_path)
         if raw is None:
             return None
         try:
             return json.loads(raw)
         except ValueError as e:
-            raise DocumentCorruptError(self.path(relative_path), str(e)) from None
+            raise DocumentCorruptError(self._file_path(relative_path), str(e)) from None
 
+    def write_document(self, relative_path: str, doc: Any) -> None:
+        """Replace a small JSON document atomically (temp, fsync, rename, dir fsync)."""
+        self.write_file(relative_path, _document_bytes(doc))
+
+    def create_document(self, relative_path: str, doc: Any) -> bool:
+        """Publish a JSON document once; False when it already exists."""
+        path = self._file_path(relative_path)
+        self.publisher.ensure_dir(path.rsplit("/", 1)[0])
+        return self.publisher.publish_if_absent(path, _document_bytes(doc))
+
+
+def _document_bytes(doc: Any) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
+
+
+def _is_ref(value: Any) -> bool:
+    return (isinstance(value, dict) and len(value) == 1 and isinstance(value.get(REF_KEY), str)
+            and value[REF_KEY].startswith(ARTIFACT_REF_PREFIX))

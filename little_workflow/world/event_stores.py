@@ -92,7 +92,7 @@ class FileEventStore(EventStore):
                 data = self.read_one(run_id, seq)
                 if data is None:
                     break
-                out.append((seq, data))
+                out.append((seq, data))  # a hole shows as a jump, which the World reports
             return out
         # Sequences are contiguous (event N is only published once N-1 exists), so probing
         # upward until the first missing name reads exactly the committed events.
@@ -101,6 +101,12 @@ class FileEventStore(EventStore):
         while (data := self.read_one(run_id, seq)) is not None:
             out.append((seq, data))
             seq += 1
+        if after == 0:
+            # A whole-log read also looks past the first missing name: an event beyond
+            # it means a lost event file (a hole), which the World reports as corruption.
+            beyond = [s for s in self.listed_sequences(run_id) if s > seq]
+            if beyond and (data := self.read_one(run_id, beyond[0])) is not None:
+                out.append((beyond[0], data))
         return out
 
     def run_ids(self) -> list[str]:

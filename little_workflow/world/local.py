@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 
 from .core import World
 from .event_stores import SqliteEventStore
@@ -21,13 +22,16 @@ def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | 
         os.makedirs(os.path.join(root, sub), exist_ok=True)
     fs = LocalFileSystem()
     state = storage_state_for(fs, root, local_dir=root)
-    # One SQLite connection per storage in this process: Worlds over one data dir share it.
+    # One SQLite connection per storage in this process: Worlds over one data dir share
+    # it, and the last of them to close (or be collected) closes it.
     with state.lock:
         store = state.resources.get("sqlite")
         if store is None:
             store = state.resources["sqlite"] = SqliteEventStore(
                 os.path.join(root, "events", "events.db")
             )
+            state.closers.append(store.close)
+            weakref.finalize(state, store.close)
     return World(
         kind="local",
         files=fs,

@@ -1,7 +1,7 @@
 """Memory stores: small files of policies, runbooks and learned notes, one folder a scope.
 
 `memory/org/`, `memory/pipelines/<pipelineKey>/`, `memory/workflows/<workflowId>/`.
-Created lazily on first write; every write replaces its file atomically.
+Created lazily on first write; every write replaces its file atomically (World.write_file).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, WorldPathError
 from .ids import validate_name
+from .views import ChangeJournal, journaled
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
 _MISSING = object()
@@ -46,7 +47,10 @@ def scope_dir(scope: str, key: str | None) -> str:
 
 
 class MemoryStore:
-    """A folder of memory files with synchronous read/write helpers."""
+    """A folder of memory files with synchronous read/write helpers, all through the
+    World's file methods. A `journal` is told of every write or removal (a run journals
+    them as `memory.written`); `on_read(path, data)` may record or replace what a read
+    returns (a run's workflow body records its reads)."""
 
     def __init__(
         self,
@@ -55,14 +59,16 @@ class MemoryStore:
         key: str | None = None,
         *,
         read_only: bool = False,
-        on_write: Callable[[str, bytes], bool] | None = None,
+        journal: ChangeJournal | None = None,
+        on_read: Callable[[str, bytes | None], bytes | None] | None = None,
     ):
         self.world = world
         self.scope = scope
         self.key = key
-        self.root = world.path(scope_dir(scope, key))
+        self.root = scope_dir(scope, key)  # relative to the data dir
         self.read_only = read_only
-        self._on_write = on_write  # journals the write; False means "do not write" (replay)
+        self.journal = journal
+        self.on_read = on_read  # a run records what it read (and is served it on replay)
 
     def __repr__(self) -> str:
         return f"<MemoryStore {self.scope} {self.root}>"
@@ -71,7 +77,9 @@ class MemoryStore:
         return f"{self.root}/{validate_memory_path(path)}"
 
     def read_bytes(self, path: str, default: Any = _MISSING) -> Any:
-        data = self.world.publisher.read(self._path(path))
+        data = self.world.read_file(self._path(path))
+        if self.on_read is not None:
+            data = self.on_read(path, data)
         if data is None:
             if default is _MISSING:
                 raise FileNotFoundError(f"memory {self.scope}: no file {path!r}")
@@ -90,13 +98,7 @@ class MemoryStore:
         full = self._path(path)
         if self.read_only:
             raise MemoryReadOnlyError(self.scope, path)
-        if self._on_write is not None and not self._on_write(path, data):
-            return
-        # One writer at a time per store in this process, so a write is never torn by
-        # another thread's write to the same store.
-        with self.world.state.named_lock("memory:" + self.root):
-            self.world.publisher.ensure_dir(full.rsplit("/", 1)[0])
-            self.world.publisher.replace(full, data)
+        journaled(self.journal, path, data, lambda: self.world.write_file(full, data))
 
     def write_text(self, path: str, text: str) -> None:
         self.write_bytes(path, text.encode("utf-8"))
@@ -108,26 +110,20 @@ class MemoryStore:
         out: list[str] = []
 
         def walk(prefix: str, rel: str) -> None:
-            for name in self.world.publisher.list_names(prefix):
-                child = f"{prefix}/{name}"
-                child_rel = f"{rel}{name}"
-                if self.world.publisher.read(child) is not None:
-                    out.append(child_rel)
+            for name in self.world.list_dir(prefix):
+                info = self.world.file_info(f"{prefix}/{name}")
+                if info is None:
+                    continue
+                if info["type"] == "file":
+                    out.append(rel + name)
                 else:
-                    walk(child, child_rel + "/")
+                    walk(f"{prefix}/{name}", f"{rel}{name}/")
 
         walk(self.root, "")
         return sorted(out)
 
     @property
     def fs(self) -> Any:
-        """An fsspec view rooted at the store (read-only stores refuse writes there too)."""
-        from fsspec.implementations.dirfs import DirFileSystem
-
-        self.world.publisher.ensure_dir(self.root)
-        view = DirFileSystem(path=self.root, fs=self.world.files)
-        if self.read_only:
-            from fs_adapters.views import ReadOnlyFileSystem
-
-            return ReadOnlyFileSystem(view, label=f"memory {self.scope}")
-        return view
+        """An fsspec view rooted at the store, through the World (read-only stores refuse
+        writes there too; writes in a run are journaled like write_bytes)."""
+        return self.world.file_view(self.root, read_only=self.read_only, journal=self.journal)

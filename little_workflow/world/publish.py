@@ -13,7 +13,9 @@ import os
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Callable, Iterable
+
+from .identity import object_lock
 
 TEMP_PREFIX = ".tmp-"
 
@@ -74,11 +76,29 @@ class Publisher(ABC):
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
 
-    def delete(self, path: str) -> None:
+    def remove(self, path: str) -> bool:
+        """Remove the file at `path`; False when there was none."""
         try:
             self.fs.rm_file(path)
         except FileNotFoundError:
+            return False
+        return True
+
+    def remove_dir(self, path: str) -> None:
+        """Remove an empty directory (a no-op where directories are not real)."""
+        try:
+            self.fs.rmdir(path)
+        except (FileNotFoundError, NotADirectoryError, OSError):
             pass
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        """`{"type": "file" | "directory", "size": n}`, or None when nothing is there."""
+        try:
+            found = self.fs.info(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        kind = "directory" if found.get("type") == "directory" else "file"
+        return {"type": kind, "size": int(found.get("size") or 0) if kind == "file" else 0}
 
     fs: Any
 
@@ -158,18 +178,36 @@ class LocalPublisher(Publisher):
     def ensure_dir(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
+    def remove(self, path: str) -> bool:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        fsync_dir(os.path.dirname(path))
+        return True
+
+    def remove_dir(self, path: str) -> None:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+        fsync_dir(os.path.dirname(path))
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if os.path.isdir(path):
+            return {"type": "directory", "size": 0}
+        return {"type": "file", "size": st.st_size}
+
     def list_names(self, path: str) -> list[str]:
         try:
             names = os.listdir(path)
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(n for n in names if not is_temp_name(n))
-
-    def delete(self, path: str) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def fsync_dir(directory: str) -> None:
@@ -217,6 +255,12 @@ class MemoryPublisher(Publisher):
     def ensure_dir(self, path: str) -> None:
         return None  # memory files need no parent directories
 
+    def remove(self, path: str) -> bool:
+        return self.fs.store.pop(self._key(path), None) is not None
+
+    def remove_dir(self, path: str) -> None:
+        self.fs.pseudo_dirs[:] = [d for d in self.fs.pseudo_dirs if d != self._key(path)]
+
     def list_names(self, path: str) -> list[str]:
         prefix = self._key(path).rstrip("/") + "/"
         names = set()
@@ -224,9 +268,6 @@ class MemoryPublisher(Publisher):
             if key.startswith(prefix):
                 names.add(key[len(prefix):].split("/", 1)[0])
         return sorted(n for n in names if n and not is_temp_name(n))
-
-    def delete(self, path: str) -> None:
-        self.fs.store.pop(self._key(path), None)
 
 
 class ChainedPublisher(Publisher):
@@ -237,14 +278,11 @@ class ChainedPublisher(Publisher):
     atomic_publication = "in-process only: check + temp write + mv under a lock"
     multi_writer = "threads of one process sharing the filesystem object"
 
-    _chains: dict[int, threading.Lock] = {}
-    _chains_guard = threading.Lock()
-
     def __init__(self, fs: Any):
         self.fs = fs
-        with self._chains_guard:
-            self._chain = self._chains.setdefault(id(fs), threading.Lock())
-            self._owner = fs  # keep the object alive so its id() is never reused
+        # The chain lives on the filesystem object itself: every World over that object
+        # shares it, and it goes away with the object (no registry pinning filesystems).
+        self._chain = object_lock(fs, "write_chain")
 
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
         with self._chain:
@@ -261,20 +299,22 @@ class ChainedPublisher(Publisher):
 
 
 class DelegatingPublisher(Publisher):
-    """A filesystem that brings its own `publish_if_absent(path, data)` (our adapters)."""
+    """A filesystem that brings its own primitives (our adapters): the same names and
+    signatures as a Publisher's — `publish_if_absent(path, data, *, durable=True)`,
+    optionally `replace(path, data, *, durable=True)`, and the `blocking` flag."""
 
     def __init__(self, fs: Any):
         self.fs = fs
-        self.blocking = getattr(fs, "publish_blocking", True)
+        self.blocking = getattr(fs, "blocking", True)
         self.atomic_publication = getattr(fs, "atomic_publication", "by the adapter")
         self.multi_writer = getattr(fs, "multi_writer", "by the adapter")
 
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
-        return bool(self.fs.publish_if_absent(path, data))
+        return bool(self.fs.publish_if_absent(path, data, durable=durable))
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
-        if hasattr(self.fs, "replace_atomic"):
-            self.fs.replace_atomic(path, data)
+        if callable(getattr(self.fs, "replace", None)):
+            self.fs.replace(path, data, durable=durable)
         else:
             super().replace(path, data, durable=durable)
 
@@ -309,8 +349,42 @@ class PrefixedPublisher(Publisher):
     def sync(self) -> None:
         self.inner.sync()
 
-    def delete(self, path: str) -> None:
-        self.inner.delete(self._join(path))
+    def remove(self, path: str) -> bool:
+        return self.inner.remove(self._join(path))
+
+    def remove_dir(self, path: str) -> None:
+        self.inner.remove_dir(self._join(path))
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        return self.inner.info(self._join(path))
+
+
+# Publishers for other filesystems plug in by protocol: `register_publisher(...)` at
+# run time, or an entry point in the group below (how fs_adapters registers the object
+# stores), so this module never imports an adapter.
+ENTRY_POINT_GROUP = "little_workflow.publishers"
+_registered: dict[str, Callable[[Any], Publisher]] = {}
+
+
+def register_publisher(protocols: str | Iterable[str], factory: Callable[[Any], Publisher]) -> None:
+    """Use `factory(fs)` as the publisher of filesystems with one of these protocols."""
+    for protocol in [protocols] if isinstance(protocols, str) else protocols:
+        _registered[protocol] = factory
+
+
+def _registered_factory(protocols: Iterable[str]) -> Callable[[Any], Publisher] | None:
+    for protocol in protocols:
+        if protocol in _registered:
+            return _registered[protocol]
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    for protocol in protocols:
+        if protocol in found:
+            factory = found[protocol].load()
+            _registered[protocol] = factory
+            return factory  # type: ignore[no-any-return]
+    return None
 
 
 def publisher_for(fs: Any) -> Publisher:
@@ -325,11 +399,12 @@ def publisher_for(fs: Any) -> Publisher:
         return PrefixedPublisher(fs, publisher_for(fs.fs))
     if isinstance(fs, LocalFileSystem):
         return LocalPublisher(fs)
-    if isinstance(fs, MemoryFileSystem):
+    # Only MemoryFileSystem itself: a subclass (instrumented, fault-injecting) is used
+    # through its own methods, so it sees every write.
+    if type(fs) is MemoryFileSystem:
         return MemoryPublisher(fs)
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    if {"s3", "s3a"} & set(protocols):
-        from fs_adapters.object_store import ObjectStorePublisher
-
-        return ObjectStorePublisher(fs)
+    factory = _registered_factory(protocols)
+    if factory is not None:
+        return factory(fs)
     return ChainedPublisher(fs)

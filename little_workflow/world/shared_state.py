@@ -1,17 +1,23 @@
 """In-process state shared by every World over the same storage.
 
 Keyed by **filesystem-object identity + normalized data root** (local_world: realpath of
-the data dir). fsspec's own `__eq__`/`__hash__` compare cache tokens — two private
-MemoryFileSystems can compare equal — so identity (`id()`) is the key, and the object is
-kept alive here so that its id is never reused by another filesystem.
+the data dir). Identity is a token stored on the filesystem object (see identity.py), and
+the registry holds states weakly: a state lives as long as a World uses it, so Worlds over
+private filesystems are not kept alive by this module.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+from .identity import object_token
+
+#: Terminal events and the status they end a run with.
+TERMINAL_STATUS = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
 
 
 def normalize_root(root: str) -> str:
@@ -30,24 +36,48 @@ class RunLedger:
     loaded: bool = False
     last_sequence: int = 0
     receipts: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (seq, digest)
+    finished: str | None = None  # the terminal status, once the run has ended
 
-    def note(self, sequence: int, key: str | None, digest: str) -> None:
+    def note(self, sequence: int, key: str | None, digest: str, type_: str) -> None:
         if sequence > self.last_sequence:
             self.last_sequence = sequence
         if key is not None:
             self.receipts.setdefault(key, (sequence, digest))
+        if type_ in TERMINAL_STATUS:
+            self.finished = TERMINAL_STATUS[type_]
 
 
-@dataclass
+@dataclass(eq=False)
 class StorageState:
     key: tuple[Any, ...]
-    owner: Any  # the filesystem object: holding it keeps id(owner) unique
     lock: threading.Lock = field(default_factory=threading.Lock)
     ledgers: dict[str, RunLedger] = field(default_factory=dict)
     active_runs: dict[str, str] = field(default_factory=dict)  # run id / fence -> token
     known_artifacts: set[str] = field(default_factory=set)
     named_locks: dict[str, threading.Lock] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)  # e.g. the one SQLite store
+    fences: dict[str, Callable[[], None]] = field(default_factory=dict)  # run id -> lease check
+    open_worlds: int = 0
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def opened(self) -> None:
+        with self.lock:
+            self.open_worlds += 1
+
+    def closed(self) -> None:
+        """A World over this storage was closed: the last one closes shared resources."""
+        with self.lock:
+            self.open_worlds -= 1
+            if self.open_worlds > 0:
+                return
+            closers, self.closers = self.closers, []
+            self.resources.clear()
+            self.ledgers.clear()
+        with _states_guard:
+            if _states.get(self.key) is self:
+                del _states[self.key]
+        for close in closers:
+            close()
 
     def ledger(self, run_id: str) -> RunLedger:
         ledger = self.ledgers.get(run_id)
@@ -61,7 +91,7 @@ class StorageState:
             return self.named_locks.setdefault(name, threading.Lock())
 
 
-_states: dict[tuple[Any, ...], StorageState] = {}
+_states: "weakref.WeakValueDictionary[tuple[Any, ...], StorageState]" = weakref.WeakValueDictionary()
 _states_guard = threading.Lock()
 
 
@@ -76,9 +106,9 @@ def storage_state_for(fs: Any, root: str, *, local_dir: str | None = None) -> St
             # Two spellings of one directory are one storage.
             key = ("local-fsspec", os.path.realpath(norm))
         else:
-            key = (id(fs), norm)
+            key = (object_token(fs), norm)
     with _states_guard:
         state = _states.get(key)
         if state is None:
-            state = _states[key] = StorageState(key=key, owner=fs)
+            state = _states[key] = StorageState(key=key)
         return state

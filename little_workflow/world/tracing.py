@@ -18,6 +18,11 @@ def _reporter(on_call: Callable[..., Any]) -> Callable[[str, tuple, dict], Any]:
     return on_call
 
 
+#: World methods that build objects which talk to the World (views, memory stores):
+#: built around the tracer, so what those objects do is reported too.
+VIEW_BUILDERS = frozenset({"file_view", "memory"})
+
+
 class TracingWorld:
     """Wraps a World; each call of a public World method is reported as
     `on_call(name, args, kwargs)` before it runs. Everything else (files, data_dir, locks,
@@ -27,6 +32,12 @@ class TracingWorld:
         self._world = world
         self._report = _reporter(on_call)
 
+    def __enter__(self) -> "TracingWorld":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._world.close()
+
     @property
     def wrapped(self) -> Any:
         return self._world
@@ -35,6 +46,15 @@ class TracingWorld:
         attr = getattr(self._world, name)
         if name.startswith("_") or not callable(attr) or not inspect.ismethod(attr):
             return attr
+
+        if name in VIEW_BUILDERS:
+            unbound = attr.__func__
+
+            def built(*args: Any, **kwargs: Any) -> Any:
+                self._report(name, args, kwargs)
+                return unbound(self, *args, **kwargs)
+
+            return built
 
         def traced(*args: Any, **kwargs: Any) -> Any:
             self._report(name, args, kwargs)

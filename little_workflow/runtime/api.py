@@ -1,0 +1,114 @@
+"""The public entry points: `run_workflow`, `arun_workflow`, `run_pipeline`.
+
+They pick the World, then hand over to one run (`runner.arun_single`), an outer loop
+(`outer_loop.arun_outer_loop`) or a pipeline's orchestrator run."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Awaitable, Callable, Iterable, Mapping
+
+from .memory import pipeline_key
+from .outer_loop import arun_outer_loop
+from .pipeline import Pipeline, pipeline_members
+from .runner import arun_single, run_sync
+from .state import RunResult
+from .workflow import Workflow, workflow
+
+
+def resolve_world(world: Any) -> Any:
+    """A World object as given, a World for an fsspec URL (`"memory://wf"`,
+    `"file:///data/wf"`, `"s3://bucket/prefix"`), or `local_world()` in the current
+    directory when None."""
+    if world is None:
+        from ..world import default_world
+
+        return default_world()
+    if isinstance(world, str):
+        from ..world import virtual_world
+
+        return virtual_world(world)
+    return world
+
+
+async def arun_workflow(
+    wf: Workflow,
+    input: Any = None,
+    *,
+    world: Any = None,
+    run_id: str | None = None,
+    max_outer_cycles: int | None = None,
+    supervise: Callable[..., Any] | None = None,
+    outer_loop_id: str | None = None,
+) -> RunResult:
+    """Start or resume a run and return its result (the coroutine form of `run_workflow`).
+
+    - `world`: a World, an fsspec URL, or None for `local_world()` in the current directory.
+    - `run_id`: `run_[A-Za-z0-9_-]{1,80}`; None generates `run_<uuid hex>`. The same id
+      again returns a completed run's stored result, resumes an unfinished one, and raises
+      `InputMismatchError` for a different input.
+    - `max_outer_cycles`, `supervise`, `outer_loop_id`: run an outer loop — each cycle one
+      run, `supervise(cycle, history)` returning `Done(final_output)` or `Continue(next_input)`.
+
+    Raises `WorkflowFailedError` when the run fails, `SchemaValidationError` for invalid
+    input (before anything is written), `RunLockedError` when the run is running elsewhere.
+    """
+    if not isinstance(wf, Workflow):
+        raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
+    world = resolve_world(world)
+    if max_outer_cycles is not None or supervise is not None or outer_loop_id is not None:
+        return await arun_outer_loop(
+            wf, input, world=world, max_outer_cycles=max_outer_cycles,
+            supervise=supervise, outer_loop_id=outer_loop_id,
+        )
+    return await arun_single(wf, input, world=world, run_id=run_id)
+
+
+def run_workflow(
+    wf: Workflow,
+    input: Any = None,
+    *,
+    world: Any = None,
+    run_id: str | None = None,
+    max_outer_cycles: int | None = None,
+    supervise: Callable[..., Any] | None = None,
+    outer_loop_id: str | None = None,
+) -> RunResult:
+    """Start or resume a run and wait for its result. Works in plain scripts and inside a
+    running event loop (a notebook cell). Arguments and errors as `arun_workflow`."""
+    return run_sync(lambda: arun_workflow(
+        wf, input, world=world, run_id=run_id, max_outer_cycles=max_outer_cycles,
+        supervise=supervise, outer_loop_id=outer_loop_id))
+
+
+async def arun_pipeline(
+    workflows: Iterable[Workflow] | Mapping[str, Workflow],
+    input: Any = None,
+    *,
+    orchestrator: Workflow | Callable[..., Awaitable[Any]],
+    world: Any = None,
+    run_id: str | None = None,
+) -> RunResult:
+    """Coroutine form of `run_pipeline`."""
+    members = pipeline_members(workflows)
+    if not isinstance(orchestrator, Workflow):
+        if not inspect.iscoroutinefunction(orchestrator):
+            raise TypeError("the orchestrator must be a workflow or an async function (ctx, input)")
+        orchestrator = workflow(id=getattr(orchestrator, "__name__", "orchestrator"))(orchestrator)
+    key = pipeline_key([wf.definition_hash for wf in members.values()])
+    return await arun_single(orchestrator, input, world=resolve_world(world), run_id=run_id,
+                             pipeline=Pipeline(workflows=members, key=key))
+
+
+def run_pipeline(
+    workflows: Iterable[Workflow] | Mapping[str, Workflow],
+    input: Any = None,
+    *,
+    orchestrator: Workflow | Callable[..., Awaitable[Any]],
+    world: Any = None,
+    run_id: str | None = None,
+) -> RunResult:
+    """Run `orchestrator` as the top-level run; it calls members with
+    `await ctx.call_workflow(name, input)`, each a sub-run whose id is reserved first."""
+    return run_sync(lambda: arun_pipeline(workflows, input, orchestrator=orchestrator,
+                                          world=world, run_id=run_id))
