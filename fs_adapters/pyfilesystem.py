@@ -9,11 +9,13 @@ under its lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import threading
 import uuid
 import warnings
+from glob import has_magic
 from typing import Any, Iterator
 
 from fsspec.spec import AbstractFileSystem
@@ -33,28 +35,33 @@ def _import_fs() -> Any:
 
 @contextlib.contextmanager
 def _mapped_errors(path: str) -> Iterator[None]:
+    """PyFilesystem2's errors as the builtin OSErrors fsspec callers catch."""
     errors = _import_fs().errors
     try:
         yield
     except errors.ResourceNotFound:
-        raise FileNotFoundError(path) from None
+        raise FileNotFoundError(errno.ENOENT, "no such file or directory", path) from None
     except (errors.DestinationExists, errors.FileExists, errors.DirectoryExists):
-        raise FileExistsError(path) from None
+        raise FileExistsError(errno.EEXIST, "file exists", path) from None
     except errors.DirectoryExpected:
-        raise NotADirectoryError(path) from None
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", path) from None
     except errors.FileExpected:
-        raise IsADirectoryError(path) from None
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path) from None
     except errors.DirectoryNotEmpty:
-        raise OSError(f"directory not empty: {path}") from None
+        raise OSError(errno.ENOTEMPTY, "directory not empty", path) from None
+    except (errors.PermissionDenied, errors.ResourceReadOnly, errors.RemoveRootError):
+        raise PermissionError(errno.EACCES, "permission denied", path) from None
 
 
 class _WriteBuffer(io.BytesIO):
     """Collects a write and hands it to PyFilesystem2 in one call on close."""
 
-    def __init__(self, owner: "PyFilesystemFS", path: str, exclusive: bool):
+    def __init__(self, owner: "PyFilesystemFS", path: str, exclusive: bool, initial: bytes = b""):
         super().__init__()
         self._owner, self._path, self._exclusive = owner, path, exclusive
         self._done = False
+        if initial:
+            self.write(initial)
 
     def close(self) -> None:
         if not self._done:
@@ -63,7 +70,7 @@ class _WriteBuffer(io.BytesIO):
             if self._exclusive:
                 if not self._owner.publish_if_absent(self._path, data):
                     super().close()
-                    raise FileExistsError(self._path)
+                    raise FileExistsError(errno.EEXIST, "file exists", self._path)
             else:
                 self._owner._write(self._path, data)
         super().close()
@@ -93,17 +100,20 @@ class PyFilesystemFS(AbstractFileSystem):
     def _strip_protocol(cls, path: Any) -> str:
         path = str(path)
         if path.startswith("pyfs://"):
-            path = path[len("pyfs://"):]
+            path = path[len("pyfs://") :]
         path = "/" + path.lstrip("/")
         return path.rstrip("/") or "/"
 
     # ---- primitives -------------------------------------------------------------------
+    # fsspec semantics, as its own abstract test suite checks them: directories are real,
+    # `rm(recursive=True)` removes them, errors are the builtin OSError subclasses.
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         path = self._strip_protocol(path)
         with _mapped_errors(path):
-            if self.pyfs.isfile(path):
-                entries = [self.info(path)]
+            info = self.pyfs.getinfo(path, namespaces=["details"])
+            if not info.is_dir:
+                entries = [self._entry(path, info)]
             else:
                 entries = [
                     self._entry(self._join(path, i.name), i)
@@ -132,13 +142,22 @@ class PyFilesystemFS(AbstractFileSystem):
     def exists(self, path: str, **kwargs: Any) -> bool:
         return bool(self.pyfs.exists(self._strip_protocol(path)))
 
-    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw: Any) -> bytes:
+    def isdir(self, path: str) -> bool:
+        return bool(self.pyfs.isdir(self._strip_protocol(path)))
+
+    def isfile(self, path: str) -> bool:
+        return bool(self.pyfs.isfile(self._strip_protocol(path)))
+
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kw: Any
+    ) -> bytes:
         path = self._strip_protocol(path)
         with _mapped_errors(path):
             data = self.pyfs.readbytes(path)
         return data[start:end] if (start is not None or end is not None) else data
 
     def _write(self, path: str, data: bytes) -> None:
+        """Write `path` whole, creating missing parent directories."""
         with _mapped_errors(path):
             try:
                 self.pyfs.writebytes(path, data)
@@ -150,28 +169,47 @@ class PyFilesystemFS(AbstractFileSystem):
         path = self._strip_protocol(path)
         if mode == "create":
             if not self.publish_if_absent(path, value):
-                raise FileExistsError(path)
+                raise FileExistsError(errno.EEXIST, "file exists", path)
             return
         self._write(path, bytes(value))
 
     def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
         path = self._strip_protocol(path)
-        if "r" in mode and "+" not in mode:
+        if mode == "rb":
             with _mapped_errors(path):
                 return io.BytesIO(self.pyfs.readbytes(path))
-        if mode in ("wb", "xb"):
-            if mode == "xb" and self.pyfs.exists(path):
-                raise FileExistsError(path)
-            return _WriteBuffer(self, path, exclusive=(mode == "xb"))
-        raise ValueError(f"PyFilesystemFS does not support mode {mode!r}")
+        if mode not in ("wb", "xb", "ab"):
+            raise ValueError(f"PyFilesystemFS does not support mode {mode!r}")
+        if self.pyfs.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if mode == "xb" and self.pyfs.exists(path):
+            raise FileExistsError(errno.EEXIST, "file exists", path)
+        initial = b""
+        if mode == "ab" and self.pyfs.isfile(path):
+            with _mapped_errors(path):
+                initial = self.pyfs.readbytes(path)
+        return _WriteBuffer(self, path, exclusive=(mode == "xb"), initial=initial)
 
     def rm_file(self, path: str) -> None:
+        """Delete one file (IsADirectoryError on a directory: use `rmdir` or `rm`)."""
         path = self._strip_protocol(path)
         with _mapped_errors(path):
             self.pyfs.remove(path)
 
     def _rm(self, path: str) -> None:
         self.rm_file(path)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        """Delete files and directories; a directory needs `recursive=True` unless empty."""
+        paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        for p in reversed(paths):  # sorted, so children come before their directory
+            with _mapped_errors(p):
+                if self.pyfs.isdir(p):
+                    if p == "/":
+                        continue  # the root stays, as on every fsspec filesystem
+                    self.pyfs.removedir(p)
+                else:
+                    self.pyfs.remove(p)
 
     def rmdir(self, path: str) -> None:
         path = self._strip_protocol(path)
@@ -182,37 +220,52 @@ class PyFilesystemFS(AbstractFileSystem):
         path = self._strip_protocol(path)
         with _mapped_errors(path):
             if create_parents:
-                self.pyfs.makedirs(path, recreate=True)
+                self.pyfs.makedirs(path, recreate=False)
             else:
                 self.pyfs.makedir(path)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         path = self._strip_protocol(path)
+        if self.pyfs.isfile(path):
+            raise FileExistsError(errno.EEXIST, "a file has that name", path)
         with _mapped_errors(path):
             self.pyfs.makedirs(path, recreate=exist_ok)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
         with _mapped_errors(p1):
-            if self.pyfs.isdir(p1):
-                self.pyfs.makedirs(p2, recreate=True)
-            else:
-                self._write(p2, self.pyfs.readbytes(p1))
+            is_dir = self.pyfs.isdir(p1)
+            data = None if is_dir else self.pyfs.readbytes(p1)
+        if data is None:
+            self.makedirs(p2, exist_ok=True)
+        else:
+            self._write(p2, data)
 
-    def mv(self, path1: str, path2: str, recursive: bool = False, maxdepth: Any = None, **kw: Any) -> None:
-        p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
-        with _mapped_errors(p1):
-            if self.pyfs.isdir(p1):
-                self.pyfs.movedir(p1, p2, create=True)
-            else:
-                self.pyfs.makedirs(self._parent(p2), recreate=True)
-                self.pyfs.move(p1, p2, overwrite=True)
+    def mv(
+        self, path1: Any, path2: Any, recursive: bool = False, maxdepth: Any = None, **kw: Any
+    ) -> None:
+        """One file onto a name that is not a directory: PyFilesystem2's own `move`
+        (overwrites; a rename on OSFS). Anything else: fsspec's copy + rm."""
+        if isinstance(path1, str) and isinstance(path2, str) and not has_magic(path1):
+            p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
+            if p1 == p2:
+                return
+            if self.pyfs.isfile(p1) and not path2.endswith("/") and not self.pyfs.isdir(p2):
+                with _mapped_errors(p1):
+                    self.pyfs.makedirs(self._parent(p2), recreate=True)
+                    self.pyfs.move(p1, p2, overwrite=True)
+                return
+        super().mv(path1, path2, recursive=recursive, maxdepth=maxdepth, **kw)
 
     def created(self, path: str) -> Any:
-        return self.pyfs.getinfo(self._strip_protocol(path), namespaces=["details"]).created
+        path = self._strip_protocol(path)
+        with _mapped_errors(path):
+            return self.pyfs.getinfo(path, namespaces=["details"]).created
 
     def modified(self, path: str) -> Any:
-        return self.pyfs.getinfo(self._strip_protocol(path), namespaces=["details"]).modified
+        path = self._strip_protocol(path)
+        with _mapped_errors(path):
+            return self.pyfs.getinfo(path, namespaces=["details"]).modified
 
     # ---- what the World needs -------------------------------------------------------------
 
