@@ -24,7 +24,7 @@ def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | 
     # One SQLite connection per storage in this process: Worlds over one data dir share it.
     with state.lock:
         store = state.resources.get("sqlite")
-        if store is None:
+        if store is None or store.closed:
             store = state.resources["sqlite"] = SqliteEventStore(
                 os.path.join(root, "events", "events.db")
             )
