@@ -11,12 +11,14 @@ from ..errors import (
     OutputSchemaError,
     ReplayDivergenceError,
     SchemaValidationError,
+    StorageError,
     WorkflowFailedError,
     WorkflowMismatchError,
 )
 from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
+from ..world.storage_errors import storage_error
 from .context import INLINE_OUTPUT_LIMIT, RunContext
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
@@ -133,7 +135,10 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
                      pipeline=pipeline)
     if log.created is None:
         await _io(world, register_version, world, wf)
-        await _io(world, world.publisher.ensure_dir, world.path("runs", run_id, "scratch"))
+        try:
+            await _io(world, world.publisher.ensure_dir, world.path("runs", run_id, "scratch"))
+        except OSError as e:
+            raise storage_error(e, world.path("runs", run_id, "scratch")) from None
         await ctx.append("run.created", {
             "workflowId": wf.id, "workflowVersionId": wf.version_id,
             "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
@@ -141,7 +146,7 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     try:
         output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
-    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, StorageError):
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
         await ctx.append("run.failed", {"error": error_record(e)})

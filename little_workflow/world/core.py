@@ -34,6 +34,7 @@ from .locks import CrossProcessLocks, held
 from .models import ArtifactManifest, Event, FrozenDict, FrozenList
 from .publish import Publisher
 from .shared_state import RunLedger, StorageState
+from .storage_errors import storage_error
 
 
 class EventPayloadError(LittleWorkflowError, TypeError):
@@ -167,9 +168,13 @@ class World:
                 event = Event(event_id(run_id, sequence), run_id, sequence, type, frozen,
                               utc_now_iso(), idempotency_key, digest)
                 data = _envelope_bytes(event, payload_json, type_json)
-                if self.events.publish_if_absent(
-                    run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
-                ):
+                try:
+                    published = self.events.publish_if_absent(
+                        run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
+                    )
+                except OSError as e:  # disk full, read-only: nothing was published
+                    raise storage_error(e, self.events.description) from None
+                if published:
                     ledger.note(sequence, idempotency_key, digest)
                     return event
                 # Another writer (another process or host) took this sequence: learn what
@@ -210,10 +215,16 @@ class World:
         return ledger
 
     def _catch_up(self, run_id: str, ledger: RunLedger) -> list[Event]:
-        events = self._parse(run_id, self.events.read_after(run_id, ledger.last_sequence))
+        events = self._parse(run_id, self._read_after(run_id, ledger.last_sequence))
         for e in events:
             ledger.note(e.sequence, e.append_idempotency_key, e.request_digest)
         return events
+
+    def _read_after(self, run_id: str, after: int) -> list[tuple[int, bytes]]:
+        try:
+            return self.events.read_after(run_id, after)
+        except OSError as e:
+            raise storage_error(e, f"{self.events.description} run {run_id}") from None
 
     def _parse(self, run_id: str, rows: list[tuple[int, bytes]]) -> list[Event]:
         out = []
@@ -235,7 +246,7 @@ class World:
         validate_run_id(run_id)
         if not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, not {after!r}")
-        events = self._parse(run_id, self.events.read_after(run_id, after))
+        events = self._parse(run_id, self._read_after(run_id, after))
         ledger = self.state.ledger(run_id)
         if events:
             with ledger.lock:
@@ -326,11 +337,17 @@ class World:
     def write_document(self, relative_path: str, doc: Any) -> None:
         """Replace a small JSON document atomically (temp, fsync, rename, dir fsync)."""
         data = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
-        self.publisher.replace(self.path(relative_path), data)
+        try:
+            self.publisher.replace(self.path(relative_path), data)
+        except OSError as e:
+            raise storage_error(e, self.path(relative_path)) from None
 
     def write_document_once(self, relative_path: str, doc: Any) -> bool:
         data = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
-        return self.publisher.publish_if_absent(self.path(relative_path), data)
+        try:
+            return self.publisher.publish_if_absent(self.path(relative_path), data)
+        except OSError as e:
+            raise storage_error(e, self.path(relative_path)) from None
 
     def read_document(self, relative_path: str) -> Any | None:
         raw = self.publisher.read(self.path(relative_path))

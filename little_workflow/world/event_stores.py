@@ -6,7 +6,6 @@ The event rules (receipts, artifact references, sequence allocation, digests) li
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import re
@@ -20,6 +19,7 @@ from typing import Callable, TypeVar
 from ..errors import StorageError
 from .ids import RUN_ID_RE
 from .publish import Publisher
+from .storage_errors import storage_error
 
 EVENT_FILE_RE = re.compile(r"(\d{10})\.json")
 T = TypeVar("T")
@@ -246,7 +246,7 @@ class SqliteEventStore(EventStore):
             except OSError as e:
                 if isinstance(e, StorageError):
                     raise
-                raise os_storage_error(e.filename or self.db_path + "-wal", e) from None
+                raise storage_error(e, self.db_path + "-wal") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
         raise AssertionError("unreachable")
@@ -360,11 +360,11 @@ class SqliteEventStore(EventStore):
         except FileNotFoundError:
             return  # no WAL: everything was checkpointed into the synced database
         except OSError as e:
-            raise os_storage_error(wal, e) from None
+            raise storage_error(e, wal) from None
         try:
             os.fsync(fd)
         except OSError as e:
-            raise os_storage_error(wal, e) from None
+            raise storage_error(e, wal) from None
         finally:
             os.close(fd)
 
@@ -384,17 +384,6 @@ class SqliteEventStore(EventStore):
                 pass  # closing anyway; the commits themselves were already made
             finally:
                 self._conn.close()
-
-
-def os_storage_error(path: str, e: OSError) -> StorageError:
-    hints = {
-        errno.ENOSPC: "free some space and run again",
-        errno.EROFS: "the data dir is on a read-only filesystem",
-        errno.EACCES: "check the data dir's permissions",
-        errno.EPERM: "check the data dir's permissions",
-        errno.EDQUOT: "the disk quota is exhausted",
-    }
-    return StorageError(str(path), e.strerror or str(e), hints.get(e.errno or 0, ""))
 
 
 def sqlite_storage_error(db_path: str, e: sqlite3.Error) -> StorageError:
