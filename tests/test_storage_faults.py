@@ -4,6 +4,7 @@ prints one line for each; one damaged run does not break `little runs` for the o
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -203,3 +204,70 @@ def test_one_corrupt_run_is_listed_as_corrupt_and_the_others_still_list(tmp_path
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert "corrupt" in r.stdout and "run_good" in r.stdout
     assert "run_bad" in r.stderr and "event 2" in r.stderr
+
+
+# ---- little verify: gaps, orphan artifacts, manifests of runs with no log -------------
+
+@contextlib.contextmanager
+def _sqlite(world):
+    """A second connection to events.db (as another process would be), closed after."""
+    import sqlite3
+
+    conn = sqlite3.connect(os.path.join(world.data_dir, "events", "events.db"))
+    try:
+        with conn:
+            yield conn
+    finally:
+        conn.close()
+
+
+def test_verify_reports_a_gap_in_local_world(tmp_path):
+    world = lw.local_world(str(tmp_path / "d"))
+    lw.run_workflow(faults_wf, {"x": 1}, world=world, run_id="run_gap")
+    assert lw.verify_world(world).ok
+    with _sqlite(world) as conn:
+        conn.execute("DELETE FROM events WHERE run_id = 'run_gap' AND sequence = 3")
+    report = lw.verify_world(lw.local_world(world.data_dir))
+    assert not report.ok
+    assert any("missing [3]" in p for p in report.problems["run_gap"]), report.problems
+
+
+def test_verify_reports_orphan_artifacts_and_a_wiped_events_db(tmp_path):
+    data_dir = str(tmp_path / "d")
+    world = lw.local_world(data_dir)
+    lw.run_workflow(faults_wf, {"x": 1}, world=world, run_id="run_kept")
+    lw.run_workflow(faults_wf, {"x": 2}, world=world, run_id="run_lost")
+    with _sqlite(world) as conn:
+        conn.execute("DELETE FROM events WHERE run_id = 'run_lost'")
+    report = lw.verify_world(world)
+    assert not report.ok
+    orphans = [p for p in report.problems["artifacts"] if "orphan artifact" in p]
+    assert len(orphans) == 1 and "run run_lost has no event log" in orphans[0]
+    # Wiped: every row gone (and, below, the file emptied), the artifacts still there.
+    with _sqlite(world) as conn:
+        conn.execute("DELETE FROM events")
+    report = lw.verify_world(world)
+    assert not report.ok and report.runs_checked == 0
+    assert len(report.problems["artifacts"]) == 2
+    world.events.close()
+    open(os.path.join(data_dir, "events", "events.db"), "wb").close()  # emptied file
+    r = little("--data-dir", data_dir, "verify", cwd=str(tmp_path))
+    assert r.returncode == 1 and "orphan artifact" in r.stdout and "ok\n" not in r.stdout
+
+
+def supervise_done(cycle, history):
+    return lw.Done(cycle["output"])
+
+
+def test_verify_reports_an_outer_loop_manifest_naming_a_run_with_no_log(tmp_path):
+    world = lw.local_world(str(tmp_path / "d"))
+    out = lw.run_workflow(faults_wf, {"x": 1}, world=world, max_outer_cycles=2,
+                          supervise=supervise_done, outer_loop_id="loop1")
+    assert out.output == EXPECTED and lw.verify_world(world).ok
+    manifest = world.read_document("outer-loops/loop1.json")
+    cycle_run = manifest["cycles"][0]["runId"]
+    with _sqlite(world) as conn:
+        conn.execute("DELETE FROM events WHERE run_id = ?", (cycle_run,))
+    report = lw.verify_world(world)
+    assert any(f"names run {cycle_run}, which has no event log" in p
+               for p in report.problems["outer-loops/loop1.json"]), report.problems
