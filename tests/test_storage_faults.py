@@ -98,7 +98,7 @@ def test_a_write_failing_anywhere_is_one_storage_error_and_the_run_resumes(tmp_p
         rerun = {step_of[c] for c in CALLS} & done
         assert not rerun, (k, done, CALLS)
         assert lw.verify_world(fresh).ok
-    print(f"\n{os.strerror(code)}: {total} write points, {failed_at} failed with StorageError,"
+    print(f"\n{os.strerror(code)}: {total} fault points (disk fails from operation k on), {failed_at} raised StorageError,"
           f" all resumed")
     assert failed_at > 0
 
