@@ -134,7 +134,13 @@ def runs(as_json: bool, world: Any) -> None:
     """List runs with their status."""
     rows = []
     for run_id in world.list_runs():
-        state = lw.materialize_run_state(world, run_id)
+        try:
+            state = lw.materialize_run_state(world, run_id)
+        except (lw.RuntimeIntegrityError, lw.StorageError, lw.WorldPathError) as e:
+            # One damaged run must not hide the others: list it, say why.
+            rows.append({"runId": run_id, "workflowId": None, "status": "corrupt",
+                         "steps": None, "events": None, "updatedAt": None, "problem": str(e)})
+            continue
         rows.append({"runId": run_id, "workflowId": state.workflow_id, "status": state.status,
                      "steps": len(state.steps), "events": state.event_count,
                      "updatedAt": state.updated_at})
@@ -145,9 +151,12 @@ def runs(as_json: bool, world: Any) -> None:
 
     table = Table("run id", "workflow", "status", "steps", "events", "updated")
     for r in rows:
-        table.add_row(r["runId"], str(r["workflowId"]), r["status"], str(r["steps"]),
-                      str(r["events"]), str(r["updatedAt"]))
+        table.add_row(*(("-" if v is None else str(v)) for v in (
+            r["runId"], r["workflowId"], r["status"], r["steps"], r["events"], r["updatedAt"])))
     _console().print(table)
+    for r in rows:
+        if "problem" in r:
+            click.echo(f"{r['runId']}: {r['problem']}", err=True)
 
 
 def _require_run(world: Any, run_id: str) -> list[Any]:

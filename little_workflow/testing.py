@@ -11,6 +11,7 @@ code cannot swallow it — like a real crash, it ends the run where it stands.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,29 +29,45 @@ class SimulatedCrash(BaseException):
         super().__init__(f"simulated crash at storage operation #{index} ({operation})")
 
 
+_READ_OPERATIONS = ("read ", "ls ", "info ", "exists ", "list ", "sqlite select ", "open(rb) ")
+
+
 @dataclass
 class FaultPlan:
     """Crash at operation number `crash_at` (1-based; None never crashes). With
-    `partial=True` a write that crashes leaves half of its bytes in a file first."""
+    `partial=True` a write that crashes leaves half of its bytes in a file first.
+
+    With `error` set (an errno such as `errno.ENOSPC` or `errno.EROFS`) there is no crash:
+    from operation `crash_at` on, every *write* fails with `OSError(error)` naming its
+    file, as a full disk or a read-only filesystem would. Reads still work; a World
+    opened without the plan afterwards sees the disk with space again."""
 
     crash_at: int | None = None
     partial: bool = False
+    error: int | None = None
     count: int = 0
     crashed: bool = False
+    failed: int = 0
     operations: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def tick(self, operation: str) -> bool:
+    def tick(self, operation: str, path: str = "") -> bool:
         """Count one operation; True when this one is where the crash happens."""
         with self.lock:
             if self.crashed:
                 raise SimulatedCrash(self.count, f"{operation} after the crash")
             self.count += 1
             self.operations.append(operation)
-            if self.crash_at is not None and self.count >= self.crash_at:
+            if self.crash_at is None or self.count < self.crash_at:
+                return False
+            if self.error is None:
                 self.crashed = True
                 return True
-            return False
+            if operation.startswith(_READ_OPERATIONS):
+                return False
+            self.failed += 1
+            name = path or operation.partition(" ")[2]
+        raise OSError(self.error, os.strerror(self.error), name)
 
     def crash(self, operation: str) -> SimulatedCrash:
         return SimulatedCrash(self.count, operation)
@@ -199,7 +216,8 @@ class _FaultyEventStore:
         self._inner, self._plan = inner, plan
 
     def publish_if_absent(self, run_id: str, sequence: int, data: bytes, **kw: Any) -> bool:
-        if self._plan.tick(f"sqlite insert {run_id}#{sequence}"):
+        path = getattr(self._inner, "db_path", "")
+        if self._plan.tick(f"sqlite insert {run_id}#{sequence}", path):
             raise self._plan.crash(f"sqlite insert {run_id}#{sequence}")
         return bool(self._inner.publish_if_absent(run_id, sequence, data, **kw))
 

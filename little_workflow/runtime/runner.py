@@ -15,6 +15,7 @@ from ..errors import (
     OutputSchemaError,
     ReplayDivergenceError,
     SchemaValidationError,
+    StorageError,
     WorkflowFailedError,
     WorkflowMismatchError,
 )
@@ -126,7 +127,7 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     try:
         output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
-    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, StorageError):
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
         await ctx.append("run.failed", {"error": error_record(e)})

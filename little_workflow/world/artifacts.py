@@ -26,6 +26,7 @@ from .ids import (
 from .models import ArtifactManifest
 from .publish import Publisher
 from .shared_state import StorageState
+from .storage_errors import storage_error
 
 ENCODINGS = ("json", "utf8", "binary")
 
@@ -116,6 +117,14 @@ class ArtifactStore:
             size_bytes=len(data),
             created_at=utc_now_iso(),
         )
+        try:
+            self._publish(aid, data, manifest)
+        except OSError as e:  # disk full, read-only: the manifest is never published
+            raise storage_error(e, self.manifest_path(aid)) from None
+        self.state.known_artifacts.add(aid)
+        return manifest
+
+    def _publish(self, aid: str, data: bytes, manifest: ArtifactManifest) -> None:
         blob_path = self.blob_path(aid)
         if not self.publisher.publish_if_absent(blob_path, data):
             # A blob is already there (an earlier writer, maybe killed before its
@@ -127,8 +136,6 @@ class ArtifactStore:
         if not self.publisher.publish_if_absent(self.manifest_path(aid), manifest_bytes):
             if self._read_manifest_if_valid(aid) is None:
                 self.publisher.replace(self.manifest_path(aid), manifest_bytes)
-        self.state.known_artifacts.add(aid)
-        return manifest
 
     def _read_manifest_if_valid(self, aid: str) -> ArtifactManifest | None:
         try:

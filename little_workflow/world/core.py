@@ -46,6 +46,7 @@ INLINE_LIMIT = 64 * 1024
 REF_KEY = "$ref"
 #: Terminal events: nothing is appended after them, except the outer loop's record.
 AFTER_END_ALLOWED = frozenset({"outer_loop.cycle_completed"})
+from .storage_errors import storage_error
 
 
 class EventPayloadError(LittleWorkflowError, TypeError):
@@ -211,9 +212,13 @@ class World:
                 event = Event(event_id(run_id, sequence), run_id, sequence, type, frozen,
                               utc_now_iso(), idempotency_key, digest)
                 data = _envelope_bytes(event, payload_json, type_json)
-                if self.events.publish_if_absent(
-                    run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
-                ):
+                try:
+                    published = self.events.publish_if_absent(
+                        run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
+                    )
+                except OSError as e:  # disk full, read-only: nothing was published
+                    raise storage_error(e, self.events.description) from None
+                if published:
                     ledger.note(sequence, idempotency_key, digest, type)
                     return event
                 # Another writer (another process or host) took this sequence: learn what
@@ -297,10 +302,16 @@ class World:
 
     def _catch_up(self, run_id: str, ledger: RunLedger) -> list[Event]:
         after = ledger.last_sequence
-        events = self._parse(run_id, self.events.read_after(run_id, after), after)
+        events = self._parse(run_id, self._read_after(run_id, after), after)
         for e in events:
             ledger.note(e.sequence, e.append_idempotency_key, e.request_digest, e.type)
         return events
+
+    def _read_after(self, run_id: str, after: int) -> list[tuple[int, bytes]]:
+        try:
+            return self.events.read_after(run_id, after)
+        except OSError as e:
+            raise storage_error(e, f"{self.events.description} run {run_id}") from None
 
     def _parse(self, run_id: str, rows: list[tuple[int, bytes]], after: int) -> list[Event]:
         out = []
@@ -329,7 +340,7 @@ class World:
         validate_run_id(run_id)
         if not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, not {after!r}")
-        events = self._parse(run_id, self.events.read_after(run_id, after), after)
+        events = self._parse(run_id, self._read_after(run_id, after), after)
         ledger = self.state.ledger(run_id)
         if events:
             with ledger.lock:
@@ -434,20 +445,27 @@ class World:
         """Replace a file atomically (readers see the old or the new bytes), creating its
         folder; durable: file and directory entries synced where the backend can."""
         path = self._file_path(relative_path)
-        self.publisher.ensure_dir(path.rsplit("/", 1)[0])
-        self.publisher.replace(path, bytes(data), durable=durable)
+        with _storage(path):
+            self.publisher.ensure_dir(path.rsplit("/", 1)[0])
+            self.publisher.replace(path, bytes(data), durable=durable)
 
     def create_file(self, relative_path: str, data: bytes) -> bool:
         """Publish a file once: False (and nothing changed) when it already exists."""
         path = self._file_path(relative_path)
-        return self.publisher.publish_if_absent(path, bytes(data))
+        with _storage(path):
+            self.publisher.ensure_dir(path.rsplit("/", 1)[0])
+            return self.publisher.publish_if_absent(path, bytes(data))
 
     def remove_file(self, relative_path: str) -> bool:
-        return self.publisher.remove(self._file_path(relative_path))
+        path = self._file_path(relative_path)
+        with _storage(path):
+            return self.publisher.remove(path)
 
     def remove_dir(self, relative_path: str) -> None:
         """Remove an empty folder."""
-        self.publisher.remove_dir(self._file_path(relative_path))
+        path = self._file_path(relative_path)
+        with _storage(path):
+            self.publisher.remove_dir(path)
 
     def list_dir(self, relative_path: str = "") -> list[str]:
         """Names directly in a folder (temporary names left out), sorted."""
@@ -458,7 +476,9 @@ class World:
         return self.publisher.info(self._file_path(relative_path))
 
     def ensure_dir(self, relative_path: str) -> None:
-        self.publisher.ensure_dir(self._file_path(relative_path))
+        path = self._file_path(relative_path)
+        with _storage(path):
+            self.publisher.ensure_dir(path)
 
     def file_view(self, relative_root: str, *, read_only: bool = False,
                   journal: ChangeJournal | None = None) -> Any:
@@ -482,9 +502,18 @@ class World:
 
     def create_document(self, relative_path: str, doc: Any) -> bool:
         """Publish a JSON document once; False when it already exists."""
-        path = self._file_path(relative_path)
-        self.publisher.ensure_dir(path.rsplit("/", 1)[0])
-        return self.publisher.publish_if_absent(path, _document_bytes(doc))
+        return self.create_file(relative_path, _document_bytes(doc))
+
+
+@contextlib.contextmanager
+def _storage(path: str) -> Iterator[None]:
+    """The storage failing (disk full, read-only) becomes one StorageError naming the file."""
+    try:
+        yield
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError):
+        raise
+    except OSError as e:
+        raise storage_error(e, path) from None
 
 
 def _document_bytes(doc: Any) -> bytes:

@@ -16,8 +16,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
+from ..errors import StorageError
 from .ids import RUN_ID_RE
 from .publish import Publisher
+from .storage_errors import storage_error
 
 EVENT_FILE_RE = re.compile(r"(\d{10})\.json")
 T = TypeVar("T")
@@ -139,25 +141,45 @@ class _PendingInsert:
 
 class SqliteEventStore(EventStore):
     """SQLite in WAL mode, `PRIMARY KEY (run_id, sequence)`, durable commits
-    (`synchronous=FULL`). One connection per World storage, used under a lock."""
+    (`synchronous=FULL`; `NORMAL` only for a batch of `durable=False` appends, never
+    `OFF`). One connection per World storage, used under a lock.
+
+    Every SQLite or OS failure leaves as `StorageError` naming events.db (read-only data
+    dir, disk full, a file that is not a SQLite database)."""
 
     def __init__(self, db_path: str):
         self.db_path = db_path
         self.description = f"SQLite {db_path}"
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            db_path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
+        self._closed = False
+        self._wal_prefilled = False
         self._synchronous = ""
         self._queue: list[_PendingInsert] = []
         self._queue_lock = threading.Lock()
         self._leader_active = False
-        self._retrying(self._setup)
+        try:
+            self._conn = sqlite3.connect(
+                db_path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as e:
+            raise sqlite_storage_error(db_path, e) from None
+        try:
+            self._retrying(self._setup)
+        except BaseException:
+            self._closed = True
+            self._conn.close()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _setup(self) -> None:
         c = self._conn
         c.execute("PRAGMA busy_timeout=30000")
-        c.execute("PRAGMA journal_mode=WAL")
+        if c.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
+            raise StorageError(self.db_path, "SQLite could not switch it to WAL mode",
+                               "is the data dir on a filesystem without shared memory?")
         self._set_synchronous(True)
         c.execute(
             "CREATE TABLE IF NOT EXISTS events ("
@@ -169,30 +191,38 @@ class SqliteEventStore(EventStore):
             "CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key"
             " ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL"
         )
-        self._preallocate_wal()
 
-    def _preallocate_wal(self) -> None:
-        """Grow the WAL to its steady-state size before the first append.
+    def _prefill_wal(self) -> None:
+        """Give the WAL its steady-state size (one autocheckpoint's worth of frames) in
+        zeros before the first commit of this connection.
 
-        A commit that extends the WAL file also has to make the new file size durable,
-        which made each of the first ~500 steps of a fresh data dir cost ~1.6× a commit
-        that overwrites WAL space already there (measured: 220-260 µs vs 135-140 µs).
-        So: 1,000 tiny unsynced updates of one row (one page, so the database itself does
-        not grow), then a RESTART checkpoint, after which commits reuse the WAL from its
-        start. SQLite's default autocheckpoint (1,000 pages) keeps it at this size."""
-        c = self._conn
+        A commit that grows the WAL must also make the new file size durable, so on a
+        fresh WAL (SQLite deletes it at every clean close) the first ~500 appends cost
+        ~1.6x the later ones, which overwrite WAL space already there. Runs inside a
+        write transaction (BEGIN IMMEDIATE holds the WAL write lock), and only writes
+        past the WAL's current end, where no frame of any connection can be: SQLite reads
+        zeros there as "no frame" (bad checksum), exactly as it reads stale frames of an
+        earlier WAL generation. Nothing of SQLite's own sync discipline changes."""
+        self._wal_prefilled = True
         wal = self.db_path + "-wal"
+        c = self._conn
         page_size = c.execute("PRAGMA page_size").fetchone()[0]
-        if os.path.exists(wal) and os.path.getsize(wal) >= 1000 * page_size:
+        frames = max(c.execute("PRAGMA wal_autocheckpoint").fetchone()[0], 0)
+        target = 32 + (frames + 16) * (24 + page_size)
+        try:
+            fd = os.open(wal, os.O_WRONLY)  # never create it: that is SQLite's job
+        except FileNotFoundError:
             return
-        c.execute("CREATE TABLE IF NOT EXISTS wal_preallocation (k INTEGER PRIMARY KEY, v INTEGER)")
-        c.execute("INSERT OR IGNORE INTO wal_preallocation VALUES (1, 0)")
-        c.execute("PRAGMA synchronous=OFF")
-        self._synchronous = "OFF"
-        for i in range(1000):
-            c.execute("UPDATE wal_preallocation SET v = ? WHERE k = 1", (i,))
-        c.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-        self._set_synchronous(True)
+        try:
+            size = os.fstat(fd).st_size
+            if size >= target:
+                return
+            chunk = bytes(1 << 20)
+            while size < target:
+                size += os.pwrite(fd, chunk[: min(len(chunk), target - size)], size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _set_synchronous(self, durable: bool) -> None:
         # In WAL mode a FULL commit fsyncs the WAL, which also makes every earlier NORMAL
@@ -209,11 +239,20 @@ class SqliteEventStore(EventStore):
         for attempt in range(200):
             try:
                 with self._lock:
+                    if self._closed:
+                        raise StorageError(self.db_path, "the event store is closed",
+                                           "open the World again")
                     return op()
             except sqlite3.OperationalError as e:
                 msg = str(e).lower()
                 if ("locked" not in msg and "busy" not in msg) or attempt == 199:
+                    raise sqlite_storage_error(self.db_path, e) from None
+            except sqlite3.Error as e:
+                raise sqlite_storage_error(self.db_path, e) from None
+            except OSError as e:
+                if isinstance(e, StorageError):
                     raise
+                raise storage_error(e, self.db_path + "-wal") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
         raise AssertionError("unreachable")
@@ -265,6 +304,8 @@ class SqliteEventStore(EventStore):
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if not self._wal_prefilled:
+                self._prefill_wal()
             results = [
                 conn.execute(
                     "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
@@ -318,15 +359,48 @@ class SqliteEventStore(EventStore):
         # Every commit, NORMAL ones included, is already in the WAL file: one fsync of
         # that file makes them all durable, with no transaction of its own.
         wal = self.db_path + "-wal"
+        if self._closed:
+            return  # close() checkpointed everything into the synced database
         try:
             fd = os.open(wal, os.O_RDONLY)
         except FileNotFoundError:
             return  # no WAL: everything was checkpointed into the synced database
+        except OSError as e:
+            raise storage_error(e, wal) from None
         try:
             os.fsync(fd)
+        except OSError as e:
+            raise storage_error(e, wal) from None
         finally:
             os.close(fd)
 
     def close(self) -> None:
+        """Close the connection; a second call does nothing. With FULL set first, the
+        checkpoint SQLite runs when the last connection closes syncs the WAL (and with it
+        every `durable=False` commit) before copying it into the synced database."""
         with self._lock:
-            self._conn.close()
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._synchronous != "FULL":
+                    self._conn.execute("PRAGMA synchronous=FULL")
+                    self._synchronous = "FULL"
+            except sqlite3.Error:
+                pass  # closing anyway; the commits themselves were already made
+            finally:
+                self._conn.close()
+
+
+def sqlite_storage_error(db_path: str, e: sqlite3.Error) -> StorageError:
+    name = getattr(e, "sqlite_errorname", "") or ""
+    hint = {
+        "SQLITE_NOTADB": "restore it from a backup or move it away",
+        "SQLITE_CORRUPT": "restore it from a backup or move it away",
+        "SQLITE_READONLY": "the data dir is read-only: check its permissions",
+        "SQLITE_CANTOPEN": "check that the data dir exists and is writable",
+        "SQLITE_FULL": "the disk is full: free some space and run again",
+        "SQLITE_IOERR": "the disk failed an I/O operation",
+        "SQLITE_PERM": "check the data dir's permissions",
+    }.get("_".join(name.split("_")[:2]), "")  # SQLITE_IOERR_WRITE -> SQLITE_IOERR
+    return StorageError(db_path, f"SQLite: {e}", hint)

@@ -10,6 +10,7 @@ from .event_stores import SqliteEventStore
 from .locks import DirectoryLocks
 from .publish import LocalPublisher
 from .shared_state import storage_state_for
+from .storage_errors import storage_error
 
 LAYOUT_DIRS = ("events", "artifacts/blobs", "runs", "locks", "outer-loops", "memory", "workflow-versions")
 
@@ -19,14 +20,17 @@ def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | 
 
     root = os.path.abspath(os.fspath(data_dir))
     for sub in LAYOUT_DIRS:
-        os.makedirs(os.path.join(root, sub), exist_ok=True)
+        try:
+            os.makedirs(os.path.join(root, sub), exist_ok=True)
+        except OSError as e:  # read-only or unwritable data dir, a file in the way
+            raise storage_error(e, os.path.join(root, sub)) from None
     fs = LocalFileSystem()
     state = storage_state_for(fs, root, local_dir=root)
     # One SQLite connection per storage in this process: Worlds over one data dir share
     # it, and the last of them to close (or be collected) closes it.
     with state.lock:
         store = state.resources.get("sqlite")
-        if store is None:
+        if store is None or store.closed:
             store = state.resources["sqlite"] = SqliteEventStore(
                 os.path.join(root, "events", "events.db")
             )
