@@ -1,0 +1,184 @@
+"""The World is the only door to storage (DESIGN §10, issue 12): every read and write a run
+makes is a World call that tracing_world reports; Worlds close; nothing pins private
+filesystems; a MemoryFileSystem subclass sees every write."""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+import weakref
+
+import pytest
+from conftest import private_memory
+from fsspec.implementations.memory import MemoryFileSystem
+
+import little_workflow as lw
+
+
+def note(text: str) -> str:
+    lw.current_step().scratch.pipe_file("note.txt", text.encode())
+    return text
+
+
+@lw.workflow(id="surface")
+async def surface(ctx, input):
+    ctx.memory.workflow.write_json("seen.json", {"n": input["n"]})
+    ctx.memory.pipeline.write_text("p.txt", "pipeline note")
+    org = ctx.memory.org.read_text("policy.md", default="none")
+    ctx.plans.keep("plan", {"steps": ["a", "b"]})
+    reused = ctx.plans.reuse("plan")
+    ctx.scratch.pipe_file("run-note.txt", b"run scratch")
+    written = await ctx.step("note", note, "hello")
+    return {"org": org, "reused": reused, "written": written}
+
+
+def traced_run(world, run_id: str, wf=surface, input=None):
+    calls: list[tuple[str, tuple]] = []
+    traced = lw.tracing_world(world, lambda name, args, kwargs: calls.append((name, args)))
+    result = lw.run_workflow(wf, input or {"n": 1}, world=traced, run_id=run_id)
+    return result, calls
+
+
+def paths_of(calls, method: str) -> list[str]:
+    return [str(args[0]) for name, args in calls if name == method and args]
+
+
+def test_tracing_reports_every_read_and_write_a_run_makes(make_world):
+    world = make_world()
+    world.memory("org").write_text("policy.md", "be kind")
+    result, calls = traced_run(world, "run_surface1")
+    assert result.output == {"org": "be kind", "reused": None, "written": "hello"}
+    writes = paths_of(calls, "write_file")
+    creates = paths_of(calls, "create_file")
+    reads = paths_of(calls, "read_file")
+    wf_dir = "memory/workflows/surface"
+    assert f"{wf_dir}/seen.json" in writes
+    assert any(p.startswith("memory/pipelines/pk_") and p.endswith("/p.txt") for p in writes)
+    assert "memory/org/policy.md" in reads
+    assert any(p.startswith("runs/run_surface1/planner-reuse/") and p.endswith("plan.json") for p in writes)
+    assert "runs/run_surface1/scratch/run-note.txt" in writes
+    assert "runs/run_surface1/steps/note/scratch/note.txt" in writes
+    assert any(p.startswith("workflow-versions/wv_") for p in creates + paths_of(calls, "file_info"))
+    assert "run_lock" in [name for name, _ in calls]
+    assert "append_event" in [name for name, _ in calls]
+    # And what it wrote is there, read back through the plain World.
+    assert world.memory("workflow", "surface").read_json("seen.json") == {"n": 1}
+    assert world.read_file("runs/run_surface1/steps/note/scratch/note.txt") == b"hello"
+
+
+def test_a_second_run_reads_the_kept_plan_through_the_world(memory_world):
+    traced_run(memory_world, "run_plan1")
+    result, calls = traced_run(memory_world, "run_plan2")
+    assert result.output["reused"] == {"steps": ["a", "b"]}
+    assert "runs" in paths_of(calls, "list_dir")
+    assert any(p.startswith("runs/run_plan1/planner-reuse/") for p in paths_of(calls, "read_file"))
+
+
+def test_bash_memory_writes_and_removals_are_journaled_world_calls(memory_world):
+    pytest.importorskip("just_bash")
+
+    @lw.workflow(id="bash-memory")
+    async def bash_memory(ctx, input):
+        r = await ctx.bash("sh", "echo one > /memory/workflow/a.txt && echo two > /memory/workflow/b.txt"
+                                 " && rm /memory/workflow/a.txt && cat /memory/workflow/b.txt")
+        return r.stdout
+
+    result, calls = traced_run(memory_world, "run_bashmem", wf=bash_memory)
+    assert result.output == "two\n"
+    assert "memory/workflows/bash-memory/b.txt" in paths_of(calls, "write_file")
+    assert "memory/workflows/bash-memory/a.txt" in paths_of(calls, "remove_file")
+    journal = [e.payload for e in memory_world.list_events("run_bashmem") if e.type == "memory.written"]
+    assert [(j["path"], j["deleted"]) for j in journal] == [("a.txt", False), ("b.txt", False), ("a.txt", True)]
+    assert memory_world.memory("workflow", "bash-memory").list() == ["b.txt"]
+
+
+def test_a_failed_memory_write_is_journaled_as_failed(tmp_path):
+    class FullDisk(MemoryFileSystem):
+        """Refuses writes under memory/ as a full disk would."""
+
+        def pipe_file(self, path, value, *args, **kwargs):
+            if "/memory/" in path:
+                raise OSError(28, "No space left on device", path)
+            return super().pipe_file(path, value, *args, **kwargs)
+
+    world = lw.virtual_world(FullDisk(skip_instance_cache=True, global_store=False), "/wf")
+
+    @lw.workflow(id="full")
+    async def full(ctx, input):
+        ctx.memory.workflow.write_text("x.txt", "data")
+
+    with pytest.raises(lw.StorageError, match="No space left"):
+        lw.run_workflow(full, {}, world=world, run_id="run_full1")
+    types = [e.type for e in world.list_events("run_full1")]
+    # The journal says it was attempted and that it failed; the run stays resumable.
+    assert types.index("memory.written") < types.index("memory.write_failed")
+    assert "run.failed" not in types
+
+
+def test_memory_filesystem_subclass_sees_every_write():
+    seen: list[str] = []
+
+    class Instrumented(MemoryFileSystem):
+        def pipe_file(self, path, value, *args, **kwargs):
+            seen.append(path)
+            return super().pipe_file(path, value, *args, **kwargs)
+
+        def _open(self, path, mode="rb", *args, **kwargs):
+            if "w" in mode or "x" in mode:
+                seen.append(path)
+            return super()._open(path, mode, *args, **kwargs)
+
+    world = lw.virtual_world(Instrumented(skip_instance_cache=True, global_store=False), "/wf")
+    lw.run_workflow(surface, {"n": 2}, world=world, run_id="run_sub1")
+    names = {p.rsplit("/", 1)[-1] for p in seen}
+    for event in world.list_events("run_sub1"):  # written under a temp name, then moved
+        assert any(n.endswith(f"{event.sequence:010d}.json") for n in names), event.sequence
+    assert any("/memory/workflows/surface/" in p and p.endswith("seen.json") for p in seen)
+
+
+def test_worlds_over_private_filesystems_are_not_kept_alive():
+    refs = []
+    for i in range(30):
+        fs = private_memory()
+        fs.pipe_file("/pad", b"x" * 2_000_000)  # 2 MB each: a leak would be 60 MB
+        world = lw.virtual_world(fs, "/wf")
+        lw.run_workflow(surface, {"n": i}, world=world, run_id=f"run_priv{i}")
+        refs.append(weakref.ref(fs))
+        del fs, world
+    gc.collect()
+    alive = sum(1 for r in refs if r() is not None)
+    assert alive == 0, f"{alive} private filesystems still alive after their Worlds were dropped"
+
+
+def test_close_releases_the_sqlite_connection_and_worlds_are_context_managers(tmp_path):
+    with lw.local_world(str(tmp_path / "lw")) as world:
+        lw.run_workflow(surface, {"n": 3}, world=world, run_id="run_close1")
+        other = lw.local_world(str(tmp_path / "lw"))  # shares the connection
+    assert world.closed and not other.closed
+    assert other.list_events("run_close1")  # the shared store stays open for `other`
+    store = other.events
+    other.close()
+    other.close()  # twice is harmless
+    with pytest.raises((sqlite3.ProgrammingError, lw.StorageError)):
+        store.read_after("run_close1", 0)
+    reopened = lw.local_world(str(tmp_path / "lw"))
+    assert lw.materialize_run_state(reopened, "run_close1").status == "completed"
+    reopened.close()
+
+
+def test_identity_keys_survive_id_reuse():
+    """A new filesystem that happens to get a dead one's id() must not inherit its
+    in-process state (ledgers, locks)."""
+    for i in range(50):
+        fs = private_memory()
+        world = lw.virtual_world(fs, "/wf")
+        world.append_event("run_idreuse", "x", {"i": i})
+        assert [e.payload["i"] for e in world.list_events("run_idreuse")] == [i]
+        del world, fs
+        gc.collect()
+
+
+def test_relative_paths_cannot_leave_the_data_dir(memory_world):
+    for bad in ("../x", "a/../../b", "a//b", ".tmp-x/y"):
+        with pytest.raises(lw.WorldPathError):
+            memory_world.write_file(bad, b"no")
