@@ -10,6 +10,9 @@
   const CONFIG = JSON.parse(document.getElementById("lw-config").textContent);
   const app = document.getElementById("app");
   const ROW_H = 24; // event table row height (px); rows are fixed-height for virtualization
+  const TL_ROW_H = 22; // timeline row height (px)
+  const TL_ALL = 2000; // up to this many timeline rows are all drawn; beyond, only those in view
+  let tl = null;
   const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
   // ---- small helpers ---------------------------------------------------------------
@@ -165,9 +168,15 @@
     const scale = buildScale(intervals, end);
     const rows = timelineRows(d, end);
     const body = el("div", { class: "tl-body" });
-    const frag = document.createDocumentFragment();
-    for (const r of rows) frag.append(timelineRow(r, scale, end));
-    body.append(frag);
+    tl = { rows, scale, end, body, scroll: null, index: new Map(rows.map((r, i) => [r.path, i])) };
+    if (rows.length <= TL_ALL) {
+      const frag = document.createDocumentFragment();
+      for (const r of rows) frag.append(timelineRow(r, scale, end));
+      body.append(frag);
+    } else { // a long run: only the rows in view exist, like the event table
+      body.classList.add("virtual");
+      body.style.height = rows.length * TL_ROW_H + "px";
+    }
     const axis = el("div", { class: "row axis" }, el("div", { class: "label" }, "time →"),
       el("div", { class: "track" }, scale.segs.map((s) => s[4]
         ? el("div", { class: "gap", style: "left:" + pct(s[2]) + ";width:" + pct(s[3] - s[2]), title: "idle " + fmtDur(s[1] - s[0]) + " (compressed)" }, "≈ " + fmtDur(s[1] - s[0]))
@@ -176,7 +185,27 @@
     const starts = d.starts.slice(1).map((t) => el("div", { class: "resume", style: "left:" + pct(scale.x(t)), title: "run resumed" }));
     return el("section", { class: "timeline" }, el("h2", {}, "Timeline ",
       el("small", {}, "one bar per step; ▮ attempt, ↻ retry, hatched = sleep or wait; ≈ compressed idle time")),
-      axis, el("div", { class: "tl-scroll" }, el("div", { class: "resumes" }, starts), body));
+      axis, tl.scroll = el("div", { class: "tl-scroll", onscroll: () => requestAnimationFrame(drawTimeline) },
+        el("div", { class: "resumes" }, starts), body));
+  }
+  function drawTimeline() {
+    if (!tl || tl.rows.length <= TL_ALL) return;
+    const first = Math.max(0, Math.floor(tl.scroll.scrollTop / TL_ROW_H) - 20);
+    const last = Math.min(tl.rows.length, first + Math.ceil((tl.scroll.clientHeight || 600) / TL_ROW_H) + 40);
+    const frag = document.createDocumentFragment();
+    for (let i = first; i < last; i++) {
+      const row = timelineRow(tl.rows[i], tl.scale, tl.end);
+      row.style.top = i * TL_ROW_H + "px";
+      frag.append(row);
+    }
+    tl.body.replaceChildren(frag);
+  }
+  function revealStep(path) { // scroll the timeline so the step's bar is in view
+    const i = tl && tl.index.get(path);
+    if (i === undefined || !tl.scroll) return;
+    const top = i * TL_ROW_H, view = tl.scroll.clientHeight || 600;
+    if (top < tl.scroll.scrollTop || top > tl.scroll.scrollTop + view - TL_ROW_H) tl.scroll.scrollTop = Math.max(0, top - view / 3);
+    drawTimeline();
   }
   function lastT(d) { return d.events.length ? d.events[d.events.length - 1][2] : 0; }
   function nowT(d) { return Date.now() / 1000 - d.t0; }
@@ -309,6 +338,7 @@
     if (state.step) p.set("step", state.step);
     setHash(p);
     applyFilter();
+    if (change.step) revealStep(change.step);
   }
   function readHash() {
     const p = hashParams();
@@ -324,6 +354,8 @@
     evScroll.scrollTop = keepEv;
     readHash();
     applyFilter();
+    drawTimeline();
+    if (state.step) revealStep(state.step);
   }
 
   // ---- runs list (little ui) -------------------------------------------------------
