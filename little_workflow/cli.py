@@ -169,10 +169,16 @@ def _require_run(world: Any, run_id: str) -> list[Any]:
 @cli.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--follow", "-f", is_flag=True, help="print events as they are appended, until the run ends")
 @world_options
-def events(run_id: str, as_json: bool, world: Any) -> None:
+def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
     """Show a run's event log."""
     evs = _require_run(world, run_id)
+    if follow:
+        from .ops.follow import follow_events
+
+        follow_events(world, run_id, as_json=as_json, say=click.echo)
+        return
     if as_json:
         _dump([e.to_json_dict() for e in evs])
         return
@@ -184,6 +190,30 @@ def events(run_id: str, as_json: bool, world: Any) -> None:
         detail = p.get("stepPath") or p.get("name") or p.get("workflowId") or ""
         table.add_row(str(e.sequence), e.type, str(detail), e.created_at)
     _console().print(table)
+
+
+@cli.command("inspect")
+@click.argument("run_id")
+@click.option("--html", "html_file", required=True, metavar="FILE", help="the page to write")
+@world_options
+def inspect_run(run_id: str, html_file: str, world: Any) -> None:
+    """Write one self-contained HTML page for a run: header, timeline, event table."""
+    from .ops.inspect import render_run_html
+
+    _require_run(world, run_id)
+    with open(html_file, "w", encoding="utf-8") as f:
+        f.write(render_run_html(world, run_id))
+    click.echo(f"wrote {html_file}")
+
+
+@cli.command()
+@click.option("--port", default=8765, show_default=True, help="port on 127.0.0.1 (0: any free one)")
+@world_options
+def ui(port: int, world: Any) -> None:
+    """Serve the runs list and live run pages on http://127.0.0.1:PORT until Ctrl-C."""
+    from .ops.ui import serve
+
+    serve(world, port=port, say=click.echo)
 
 
 @cli.command()

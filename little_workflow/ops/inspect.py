@@ -1,0 +1,259 @@
+"""`little inspect`: one self-contained HTML page for a run (inline CSS, JS and SVG; no
+network access).
+
+Python folds the log into a small JSON document (`run_page_data`); the page's script
+draws the header, the timeline and the event table from it. The same document feeds the
+live pages of `little ui`, which poll for a fresh one while a run progresses. The event
+table is virtualized (only the rows in view exist in the DOM), so a run of 10,000 steps
+stays usable; each rendered row still carries its `data-event-*` hooks.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+import little_workflow as lw
+
+TERMINAL_EVENTS = {"run.completed": "completed", "run.failed": "failed",
+                   "run.cancelled": "cancelled"}
+# Wait events are recognized by prefix: `wait.<something>` with a stepPath opens or closes
+# a wait span; these suffixes open one, any other closes it.
+_WAIT_OPENERS = ("started", "scheduled", "begun", "waiting")
+# Payload text kept per event row: enough to read and search, bounded for huge outputs.
+PAYLOAD_TEXT_LIMIT = 1000
+
+
+def _epoch(iso: Any) -> float | None:
+    if isinstance(iso, (int, float)):
+        return float(iso)
+    if not isinstance(iso, str) or not iso:
+        return None
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def _plain(value: Any) -> Any:
+    """Frozen payloads → plain JSON values (dict/list subclasses serialize as they are)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _payload_text(payload: Any) -> str:
+    text = json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str)
+    if len(text) > PAYLOAD_TEXT_LIMIT:
+        text = text[:PAYLOAD_TEXT_LIMIT] + f"… ({len(text)} chars)"
+    return text
+
+
+def _open_waits(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in spans if s["end"] is None]
+
+
+def waiting_for(spans: list[dict[str, Any]]) -> str | None:
+    """One line saying what an unfinished run waits for, from its open idle spans."""
+    parts = []
+    for s in _open_waits(spans):
+        if s["kind"] == "sleep":
+            parts.append(f"sleep {s['stepPath']} until {s.get('wakeAt') or '?'}")
+        else:
+            line = f"event {s.get('name') or '?'} ({s['stepPath']})"
+            if s.get("deadline"):
+                line += f" until {s['deadline']}"
+            parts.append(line)
+    return "; ".join(parts) or None
+
+
+def fold_events(events: list[Any]) -> dict[str, Any]:
+    """Everything the page draws that the materialized state does not say: attempt spans,
+    idle spans, resumes, sub-runs, the fork source, times — with times in seconds after
+    the run's first event."""
+    t0 = _epoch(events[0].created_at) if events else None
+    t0 = t0 or 0.0
+
+    def rel(iso: Any) -> float | None:
+        at = _epoch(iso)
+        return None if at is None else round(at - t0, 6)
+
+    steps: dict[str, dict[str, Any]] = {}
+    idle: list[dict[str, Any]] = []
+    open_idle: dict[str, dict[str, Any]] = {}
+    sub_runs: dict[str, dict[str, Any]] = {}
+    starts: list[float] = []
+    created: dict[str, Any] = {}
+    ended: dict[str, Any] | None = None
+    rows: list[list[Any]] = []
+    for e in events:
+        p = e.payload if isinstance(e.payload, dict) else {}
+        t = rel(e.created_at) or 0.0
+        path = p.get("stepPath") if isinstance(p.get("stepPath"), str) else None
+        rows.append([e.sequence, e.type, t, path or p.get("callPath") or p.get("name") or "",
+                     _payload_text(p if p else e.payload)])
+        kind = e.type
+        if kind == "run.created":
+            created = _plain(p)
+        elif kind == "run.started":
+            starts.append(t)
+        elif kind in TERMINAL_EVENTS:
+            ended = {"status": TERMINAL_EVENTS[kind], "at": t, "error": _plain(p.get("error"))}
+        elif kind.startswith("step.") and path:
+            step = steps.setdefault(path, {"path": path, "spans": []})
+            spans = step["spans"]
+            if kind == "step.started":
+                for span in spans:  # an attempt left open by a dead process
+                    if span["end"] is None:
+                        span.update(end=t, outcome="interrupted")
+                spans.append({"attempt": p.get("attempt", len(spans) + 1), "start": t,
+                              "end": None, "outcome": "running"})
+            elif kind in ("step.succeeded", "step.failed"):
+                span = next((s for s in reversed(spans) if s["end"] is None), None)
+                if span is None:
+                    span = {"attempt": p.get("attempt", len(spans) + 1), "start": t}
+                    spans.append(span)
+                outcome = "succeeded" if kind == "step.succeeded" else (
+                    "retried" if p.get("willRetry") else "failed")
+                span.update(end=t, outcome=outcome)
+                if kind == "step.failed" and isinstance(p.get("error"), dict):
+                    span["error"] = _plain(p["error"])
+        elif kind == "timer.scheduled" and path:
+            span = {"stepPath": path, "kind": "sleep", "start": t, "end": None,
+                    "wakeAt": p.get("wakeAt"), "plannedEnd": rel(p.get("wakeAt"))}
+            open_idle[path] = span
+            idle.append(span)
+        elif kind.startswith("wait.") and path:
+            if path not in open_idle and kind.rsplit(".", 1)[-1] in _WAIT_OPENERS:
+                span = {"stepPath": path, "kind": "wait", "start": t, "end": None,
+                        "name": p.get("name"), "deadline": p.get("deadline"),
+                        "plannedEnd": rel(p.get("deadline"))}
+                open_idle[path] = span
+                idle.append(span)
+            elif path in open_idle:
+                open_idle.pop(path).update(end=t, outcome=kind.rsplit(".", 1)[-1])
+        elif kind == "timer.fired" and path and path in open_idle:
+            open_idle.pop(path).update(end=t, outcome="fired")
+        elif kind.startswith("harness.tool_call."):
+            call = p.get("callPath")
+            if not isinstance(call, str):
+                continue
+            args = p.get("args") if isinstance(p.get("args"), dict) else {}
+            if kind.endswith(".started") and "subRunId" in args:
+                sub_runs[call] = {"callPath": call, "runId": args["subRunId"],
+                                  "workflow": args.get("workflow"), "status": "started",
+                                  "start": t}
+            elif call in sub_runs:
+                sub_runs[call]["status"] = kind.rsplit(".", 1)[-1]
+                sub_runs[call]["end"] = t
+    return {
+        "t0": t0, "steps": steps, "idle": idle, "subRuns": list(sub_runs.values()),
+        "starts": starts, "created": created, "ended": ended, "rows": rows,
+        "lastT": rows[-1][2] if rows else 0.0,
+    }
+
+
+def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
+    """The JSON document the page draws: header, steps with attempt spans, idle spans,
+    sub-runs, fork source and every event (payload text bounded)."""
+    events = world.list_events(run_id)
+    if not events:
+        raise lw.RunNotFoundError(run_id, f" in {world.data_dir}")
+    state = lw.materialize_run_state(world, run_id)
+    folded = fold_events(events)
+    created = folded["created"]
+    steps = []
+    for path, step_state in state.steps.items():
+        spans = folded["steps"].get(path, {}).get("spans", [])
+        steps.append({"path": path, "status": step_state.status,
+                      "attempts": step_state.attempts, "spans": spans,
+                      "error": _plain(step_state.error)})
+    ended = folded["ended"]
+    started_at = folded["starts"][0] if folded["starts"] else 0.0
+    end_t = ended["at"] if ended else folded["lastT"]
+    open_spans = [] if ended else folded["idle"]
+    forked = created.get("forkedFrom") if isinstance(created.get("forkedFrom"), dict) else None
+    return {
+        "runId": run_id,
+        "workflowId": state.workflow_id,
+        "version": state.workflow_version_id or created.get("workflowVersion"),
+        "status": state.status,
+        "input": _plain(state.input),
+        "output": _plain(state.output) if state.status == "completed" else None,
+        "error": _plain(state.error) or (ended or {}).get("error"),
+        "t0": folded["t0"],
+        "createdAt": state.created_at,
+        "startedAt": folded["t0"] + started_at,
+        "durationSeconds": round(end_t - started_at, 6),
+        "finished": ended is not None,
+        "waitingFor": waiting_for(open_spans),
+        "forkedFrom": _plain(forked),
+        "subRuns": folded["subRuns"],
+        "starts": folded["starts"],
+        "steps": steps,
+        "idle": folded["idle"],
+        "events": folded["rows"],
+        "lastSequence": state.last_sequence,
+    }
+
+
+def run_summary(world: Any, run_id: str) -> dict[str, Any]:
+    """One row of the runs list: status, workflow, started, duration, what it waits for."""
+    events = world.list_events(run_id)
+    if not events:
+        raise lw.RunNotFoundError(run_id)
+    state = lw.materialize_run_state(world, run_id)
+    folded = fold_events(events)
+    ended = folded["ended"]
+    started = folded["starts"][0] if folded["starts"] else 0.0
+    end_t = ended["at"] if ended else folded["lastT"]
+    error = _plain(state.error) or (ended or {}).get("error")
+    return {
+        "runId": run_id,
+        "workflowId": state.workflow_id,
+        "status": state.status,
+        "startedAt": folded["t0"] + started,
+        "durationSeconds": round(end_t - started, 6),
+        "finished": ended is not None,
+        "waitingFor": None if ended else waiting_for(folded["idle"]),
+        "error": (error or {}).get("message") if isinstance(error, dict) else None,
+        "steps": len(state.steps),
+        "lastSequence": state.last_sequence,
+    }
+
+
+def _asset(name: str) -> str:
+    return resources.files("little_workflow.ops").joinpath("assets", name).read_text("utf-8")
+
+
+def _script_json(value: Any) -> str:
+    # Inside <script type="application/json">, only "<" can end the element early; JSON
+    # strings may spell it \u003c.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def render_page(kind: str, data: Any, config: dict[str, Any], title: str) -> str:
+    """A complete HTML document: the shared CSS and script inline, `data` embedded."""
+    esc = (title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{esc}</title><style>{_asset('inspect.css')}</style></head>"
+        f"<body data-page=\"{kind}\"><div id=\"app\"><p class=\"loading\">loading…</p></div>"
+        f"<script type=\"application/json\" id=\"lw-data\">{_script_json(data)}</script>"
+        f"<script type=\"application/json\" id=\"lw-config\">{_script_json(config)}</script>"
+        f"<script>{_asset('inspect.js')}</script></body></html>\n"
+    )
+
+
+def render_run_html(world: Any, run_id: str, *, run_link: str = "{runId}.html",
+                    live_url: str | None = None, back_link: str | None = None) -> str:
+    """The inspector page of one run. `run_link` turns a run id into the link for sub-runs
+    and fork sources (by default a sibling `<runId>.html`); `live_url` makes the page poll
+    that JSON endpoint for a fresh document (used by `little ui`)."""
+    data = run_page_data(world, run_id)
+    config = {"runLink": run_link, "liveUrl": live_url, "backLink": back_link}
+    return render_page("run", data, config, f"{run_id} · little inspect")

@@ -1,0 +1,138 @@
+"""`little ui`: a local web server (standard library only) with the runs list and each
+run's inspector page, updated live.
+
+Bound to 127.0.0.1: it shows inputs, outputs and errors, so it is not for a network.
+Pages poll a small JSON endpoint about once a second; an endpoint answers
+`{"changed": false}` when the client's `since` token is still current, so an idle page
+costs one `list_events(after=…)` per second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import little_workflow as lw
+
+from .inspect import render_page, run_page_data, run_summary
+
+
+class RunsIndex:
+    """Summaries of every run, recomputed only for runs that gained events."""
+
+    def __init__(self, world: Any):
+        self.world = world
+        self.lock = threading.Lock()  # one World shared by the server's threads
+        self._cache: dict[str, dict[str, Any]] = {}
+
+    def summaries(self) -> list[dict[str, Any]]:
+        with self.lock:
+            rows = []
+            for run_id in self.world.list_runs():
+                cached = self._cache.get(run_id)
+                try:
+                    if cached is None or self.world.list_events(
+                            run_id, after=cached["lastSequence"]):
+                        cached = self._cache[run_id] = run_summary(self.world, run_id)
+                except (lw.LittleWorkflowError, ValueError, OSError) as e:
+                    # One unreadable run must not hide the others.
+                    cached = {"runId": run_id, "status": "unreadable", "workflowId": None,
+                              "startedAt": None, "durationSeconds": None, "finished": True,
+                              "waitingFor": None, "error": str(e), "steps": 0,
+                              "lastSequence": -1}
+                rows.append(cached)
+        rows.sort(key=lambda r: (r["startedAt"] or 0, r["runId"]), reverse=True)
+        return rows
+
+    def document(self) -> dict[str, Any]:
+        runs = self.summaries()
+        token = hashlib.sha256(json.dumps(
+            [(r["runId"], r["lastSequence"], r["status"]) for r in runs]).encode()).hexdigest()[:16]
+        return {"runs": runs, "dataDir": str(self.world.data_dir), "lastSequence": token,
+                "finished": False}
+
+    def run_document(self, run_id: str, since: str | None) -> dict[str, Any] | None:
+        """None when the client's `since` sequence is still the last one."""
+        with self.lock:
+            if since and since.isdigit() and int(since) > 0:
+                if not self.world.list_events(run_id, after=int(since)):
+                    return None
+            return run_page_data(self.world, run_id)
+
+
+def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "little-ui"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet by default
+            pass
+
+        def send_body(self, status: int, body: str, content_type: str) -> None:
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def send_json(self, value: Any, status: int = 200) -> None:
+            self.send_body(status, json.dumps(value, ensure_ascii=False, default=str),
+                           "application/json; charset=utf-8")
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            url = urlsplit(self.path)
+            since = (parse_qs(url.query).get("since") or [None])[0]
+            parts = [unquote(p) for p in url.path.split("/") if p]
+            try:
+                if not parts:
+                    doc = index.document()
+                    self.send_body(200, render_page("runs", doc, {
+                        "liveUrl": "/api/runs", "runLink": "/runs/{runId}"},
+                        "runs · little ui"), "text/html; charset=utf-8")
+                elif parts == ["api", "runs"]:
+                    doc = index.document()
+                    if since == doc["lastSequence"]:
+                        self.send_json({"changed": False})
+                    else:
+                        self.send_json({"changed": True, "data": doc})
+                elif len(parts) == 2 and parts[0] == "runs":
+                    data = index.run_document(parts[1], None)
+                    assert data is not None
+                    self.send_body(200, render_page("run", data, {
+                        "liveUrl": f"/api/runs/{parts[1]}", "runLink": "/runs/{runId}",
+                        "backLink": "/"}, f"{parts[1]} · little ui"), "text/html; charset=utf-8")
+                elif len(parts) == 3 and parts[:2] == ["api", "runs"]:
+                    data = index.run_document(parts[2], since)
+                    self.send_json({"changed": False} if data is None
+                                   else {"changed": True, "data": data})
+                else:
+                    self.send_body(404, "not found\n", "text/plain; charset=utf-8")
+            except (lw.RunNotFoundError, lw.WorldPathError) as e:
+                self.send_body(404, f"{e}\n", "text/plain; charset=utf-8")
+
+    return Handler
+
+
+def make_server(world: Any, port: int = 8765) -> ThreadingHTTPServer:
+    """A server on 127.0.0.1:port (0 picks a free port: see `server.server_address`)."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(RunsIndex(world)))
+    server.daemon_threads = True
+    return server
+
+
+def serve(world: Any, *, port: int = 8765, say: Callable[[str], None] = print) -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    server = make_server(world, port)
+    host, bound = server.server_address[:2]
+    say(f"little ui: http://{host}:{bound}/  (Ctrl-C to stop)")
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
