@@ -15,12 +15,15 @@ if __name__ == "__main__":
             print("HELD", os.getpid(), flush=True)
             time.sleep(float(sys.argv[4]))
     elif action == "race":
-        start_at = float(sys.argv[4])
+        # Ready once imported; the parent sends one start time to both racers, so a slow
+        # start on a loaded machine cannot turn the race into two turns.
+        print("READY", flush=True)
+        start_at = float(sys.stdin.readline())
         time.sleep(max(0.0, start_at - time.time()))
         try:
             with world.run_lock(sys.argv[3]):
                 print("WON", flush=True)
-                time.sleep(0.5)
+                time.sleep(1.0)
         except lw.RunLockedError as e:
             print("LOCKED", e.owner_pid, flush=True)
     elif action == "manifests":

@@ -75,8 +75,13 @@ def test_two_processes_race_for_one_run_id(tmp_path):
     data = str(tmp_path / "d")
     lw.local_world(data)
     for trial in range(20):
-        start_at = time.time() + 0.4
-        procs = [child("race", data, f"run_race{trial}", str(start_at)) for _ in range(2)]
+        procs = [child("race", data, f"run_race{trial}", stdin=subprocess.PIPE) for _ in range(2)]
+        for p in procs:
+            wait_line(p, "READY")
+        start_at = time.time() + 0.1
+        for p in procs:
+            p.stdin.write(f"{start_at}\n")
+            p.stdin.flush()
         outs = [p.communicate(timeout=30)[0].strip() for p in procs]
         assert sorted(o.split()[0] for o in outs) == ["LOCKED", "WON"], outs
 

@@ -182,3 +182,46 @@ def test_relative_paths_cannot_leave_the_data_dir(memory_world):
     for bad in ("../x", "a/../../b", "a//b", ".tmp-x/y"):
         with pytest.raises(lw.WorldPathError):
             memory_world.write_file(bad, b"no")
+
+
+CRASH_ONCE = {"armed": True}
+
+
+def crash_once() -> str:
+    if CRASH_ONCE["armed"]:
+        CRASH_ONCE["armed"] = False
+        from little_workflow.testing import SimulatedCrash
+
+        raise SimulatedCrash(0, "test")  # a BaseException: the run is left unfinished
+    return "done"
+
+
+@lw.workflow(id="reads")
+async def reads_memory(ctx, input):
+    seen = ctx.memory.workflow.read_text("flag.txt", default="missing")
+    org = ctx.memory.org.read_json("cfg.json", default=None)
+    await ctx.step("work", crash_once)
+    again = ctx.memory.workflow.read_text("flag.txt", default="missing")
+    return {"seen": seen, "org": org, "again": again}
+
+
+def test_memory_reads_in_a_workflow_body_are_part_of_the_history(make_world):
+    from little_workflow.testing import SimulatedCrash
+
+    world = make_world()
+    world.memory("workflow", "reads").write_text("flag.txt", "first")
+    world.memory("org").write_json("cfg.json", {"v": 1})
+    CRASH_ONCE["armed"] = True
+    with pytest.raises(SimulatedCrash):
+        lw.run_workflow(reads_memory, {}, world=world, run_id="run_reads1")
+    # Memory changes while the run is down; the resumed run sees what it first read.
+    world.memory("workflow", "reads").write_text("flag.txt", "second")
+    world.memory("org").write_json("cfg.json", {"v": 2})
+    result = lw.run_workflow(reads_memory, {}, world=world, run_id="run_reads1")
+    assert result.output == {"seen": "first", "org": {"v": 1}, "again": "second"}
+    reads = [e.payload for e in world.list_events("run_reads1") if e.type == "memory.read"]
+    assert [(r["scope"], r["path"], r["index"]) for r in reads] == [
+        ("workflow", "flag.txt", 0), ("org", "cfg.json", 0), ("workflow", "flag.txt", 1)]
+    assert reads[0]["contentHash"].startswith("sha256:")
+    world.memory("workflow", "reads").write_text("flag.txt", "third")
+    assert lw.replay_run(world, "run_reads1", reads_memory).output == result.output

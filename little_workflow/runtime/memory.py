@@ -8,9 +8,11 @@ run and step (a mitigation for memory poisoning). Replays journal and write noth
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from typing import Any
 
+from ..errors import ReplayDivergenceError
 from ..world.ids import canonical_json, sha256_hex
 from ..world.memory_store import MemoryStore
 from .steps import current_step_or_none, error_record
@@ -50,17 +52,67 @@ class MemoryJournal:
             "scope": self.scope, "key": self.key, "path": path, "error": error_record(error)})
 
 
+class MemoryReads:
+    """Records what the workflow body reads from one memory scope (`memory.read`), and
+    serves a resumed or replayed run what the first execution read, in call order per
+    path — even if the memory has changed since. Reads inside a step function are not
+    recorded: the step's output is."""
+
+    def __init__(self, memory: "RunMemory", scope: str):
+        self.memory, self.scope = memory, scope
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, path: str, data: bytes | None) -> bytes | None:
+        if current_step_or_none() is not None:
+            return data
+        ctx = self.memory.ctx
+        index = self._counts.get(path, 0)
+        self._counts[path] = index + 1
+        recorded = ctx.log.memory_reads.get((self.scope, path, index))
+        if recorded is not None:
+            return _decode(ctx.world.resolve_refs(dict(recorded)))
+        if ctx.replaying:
+            raise ReplayDivergenceError(ctx.run_id, f"memory {self.scope}/{path}",
+                                        "the code reads memory the log holds no record of")
+        ctx.append_sync("memory.read", {
+            "scope": self.scope, "path": path, "index": index, **_encode(data),
+        }, idempotency_key=f"memory.read:{self.scope}:{path}:{index}")
+        return data
+
+
+def _encode(data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        return {"contentHash": None, "content": None, "encoding": None}
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    try:
+        return {"contentHash": digest, "content": data.decode("utf-8"), "encoding": "utf8"}
+    except UnicodeDecodeError:
+        return {"contentHash": digest, "content": base64.b64encode(data).decode(),
+                "encoding": "base64"}
+
+
+def _decode(payload: dict[str, Any]) -> bytes | None:
+    content = payload.get("content")
+    if content is None:
+        return None
+    if payload.get("encoding") == "base64":
+        return base64.b64decode(content)
+    return str(content).encode("utf-8")
+
+
 class RunMemory:
     def __init__(self, ctx: Any):
         self.ctx = ctx
         self._changes = 0
-        self.org = MemoryStore(ctx.world, "org", read_only=True)
+        self.org = MemoryStore(ctx.world, "org", read_only=True, on_read=MemoryReads(self, "org"))
         pipeline = ctx.pipeline
         key = pipeline.key if pipeline is not None else pipeline_key([ctx.workflow.definition_hash])
         self.pipeline = MemoryStore(ctx.world, "pipeline", key,
-                                    journal=MemoryJournal(self, "pipeline", key))
+                                    journal=MemoryJournal(self, "pipeline", key),
+                                    on_read=MemoryReads(self, "pipeline"))
         self.workflow = MemoryStore(ctx.world, "workflow", ctx.workflow.id,
-                                    journal=MemoryJournal(self, "workflow", ctx.workflow.id))
+                                    journal=MemoryJournal(self, "workflow", ctx.workflow.id),
+                                    on_read=MemoryReads(self, "workflow"))
 
     def next_change_index(self) -> int:
         index = self._changes

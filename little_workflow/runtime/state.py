@@ -45,6 +45,7 @@ class RunLog:
     harness_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # callKey -> payload
     sub_runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # call path -> info
     plans_reused: dict[str, dict[str, Any]] = field(default_factory=dict)
+    memory_reads: dict[tuple[str, str, int], Any] = field(default_factory=dict)  # (scope, path, i)
     last_sequence: int = 0
 
     @classmethod
@@ -108,6 +109,10 @@ class RunLog:
                 self.sub_runs.setdefault(call_path, {}).update(
                     subRunId=args["subRunId"], status="started", name=p.get("name")
                 )
+        elif t == "memory.read":
+            scope, path, index = p.get("scope"), p.get("path"), p.get("index")
+            if isinstance(scope, str) and isinstance(path, str) and isinstance(index, int):
+                self.memory_reads[(scope, path, index)] = p
         elif t == "plan.reused":
             name = p.get("name")
             if isinstance(name, str):
