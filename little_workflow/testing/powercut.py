@@ -21,8 +21,9 @@ The model (deliberately the weakest POSIX guarantees, nothing a filesystem adds)
   fsync_dir, link, replace, mkdir, rmdir, unlink. Reads (read, listdir, isdir, stat) are
   not counted but are refused after the cut; `close` always closes the real descriptor.
 - Whatever existed on disk when the model first touched a directory counts as durable.
-  Files that appear in a touched directory behind the model's back (written through
-  another path, e.g. an fsspec scratch view) count as unsynced names.
+  Names that appear in a touched directory behind the model's back (made through another
+  path, e.g. an fsspec `makedirs` or a scratch view) are unsynced until the next
+  `fsync_dir` of that directory; such a file's bytes count as never synced.
 - Writes are sequential from offset 0 (what the publisher does); directories are never
   renamed through this layer (the publisher never does). An unsynced `rmdir` is undone:
   the directory comes back with its own durable entries.
@@ -106,6 +107,21 @@ class PowerCutPosix(Posix):
         return entries
 
     @staticmethod
+    def _adopt(directory: str, entries: dict[str, _Entry]) -> None:
+        """Bring the model of `directory` in line with names made or removed behind its
+        back (their bytes were never fsynced through the model)."""
+        names = set(os.listdir(directory))
+        for name in set(entries) - names:
+            del entries[name]
+        for name in names - set(entries):
+            full = os.path.join(directory, name)
+            if os.path.isdir(full) and not os.path.islink(full):
+                entries[name] = _DIR
+            else:
+                with open(full, "rb") as f:
+                    entries[name] = _File(f.read(), b"")
+
+    @staticmethod
     def _split(path: str) -> tuple[str, str]:
         path = os.path.abspath(path)
         return os.path.dirname(path), os.path.basename(path)
@@ -149,6 +165,7 @@ class PowerCutPosix(Posix):
             self._check(f"fsync_dir {path}")
             directory = os.path.abspath(path)
             entries = self._entries(directory)
+            self._adopt(directory, entries)
             if self.sync_for_real:
                 super().fsync_dir(directory)
             self._durable[directory] = dict(entries)
