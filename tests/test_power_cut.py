@@ -194,3 +194,75 @@ def test_power_cut_after_every_operation_pyfilesystem_osfs(disk_dir, osfs):
         return lw.virtual_world(PyFilesystemFS(osfs(data_dir)), "/wf")
 
     cut_everywhere("virtual_world(PyFilesystemFS(OSFS))", disk_dir, make_world, make_fresh)
+
+
+# ---- the model itself: what survives a cut -----------------------------------------------
+
+
+def write_file(posix: PowerCutPosix, path: str, data: bytes, *, sync: bool) -> None:
+    fd = posix.create_exclusive(path)
+    try:
+        posix.write(fd, data)
+        if sync:
+            posix.fsync(fd)
+    finally:
+        posix.close(fd)
+
+
+@pytest.fixture
+def model(tmp_path):
+    (tmp_path / "old.txt").write_bytes(b"old")
+    return PowerCutPosix(None), tmp_path
+
+
+def test_model_keeps_only_what_was_synced(model):
+    posix, d = model
+    write_file(posix, f"{d}/synced-in-dir.txt", b"kept", sync=True)
+    posix.fsync_dir(str(d))
+    write_file(posix, f"{d}/unsynced-data.txt", b"lost bytes", sync=False)
+    write_file(posix, f"{d}/unsynced-name.txt", b"lost name", sync=True)
+    posix.fsync_dir(str(d))  # names durable, from here on: nothing else is
+    posix.unlink(f"{d}/unsynced-name.txt")
+    write_file(posix, f"{d}/late.txt", b"late", sync=True)
+    posix.replace(f"{d}/late.txt", f"{d}/old.txt")
+    posix.mkdir(f"{d}/c")
+    posix.cut_after = posix.count + 1
+    with pytest.raises(SimulatedCrash):
+        posix.fsync_dir(f"{d}/c")
+    with pytest.raises(SimulatedCrash):
+        posix.read(f"{d}/old.txt")
+    assert sorted(os.listdir(d)) == ["old.txt", "synced-in-dir.txt", "unsynced-data.txt",
+                                     "unsynced-name.txt"]
+    assert (d / "synced-in-dir.txt").read_bytes() == b"kept"
+    assert (d / "unsynced-data.txt").read_bytes() == b""  # its name was synced, not its bytes
+    assert (d / "unsynced-name.txt").read_bytes() == b"lost name"  # unlink undone
+    assert (d / "old.txt").read_bytes() == b"old"  # replace undone
+
+
+def test_makedirs_syncs_each_new_directory_into_its_parent(tmp_path):
+    posix = PowerCutPosix(None)
+    posix.makedirs(f"{tmp_path}/a/b/c")
+    posix.cut_after = posix.count + 1
+    with pytest.raises(SimulatedCrash):
+        posix.mkdir(f"{tmp_path}/a/b/c/unsynced")
+    assert [p for p, _, _ in os.walk(tmp_path)][1:] == [f"{tmp_path}/a", f"{tmp_path}/a/b",
+                                                        f"{tmp_path}/a/b/c"]
+
+
+def test_model_tears_unsynced_bytes_when_asked(tmp_path):
+    posix = PowerCutPosix(None, torn=True)
+    write_file(posix, f"{tmp_path}/f", b"0123456789", sync=False)
+    posix.cut_after = posix.count + 1
+    with pytest.raises(SimulatedCrash):
+        posix.fsync_dir(str(tmp_path))
+    assert (tmp_path / "f").read_bytes() == b"01234"
+
+
+def test_directory_made_without_fsync_is_lost(tmp_path):
+    posix = PowerCutPosix(None)
+    posix.mkdir(f"{tmp_path}/new")
+    write_file(posix, f"{tmp_path}/new/f", b"data", sync=True)
+    posix.cut_after = posix.count + 1
+    with pytest.raises(SimulatedCrash):
+        posix.fsync_dir(f"{tmp_path}/new")  # the file's name is durable, its directory's not
+    assert os.listdir(tmp_path) == []
