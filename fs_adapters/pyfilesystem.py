@@ -1,9 +1,10 @@
 """PyFilesystem2 as an fsspec filesystem: `virtual_world(fs=PyFilesystemFS(MemoryFS()))`.
 
 Publication (the one operation the World needs to be atomic) maps to PyFilesystem2's own
-primitives: on filesystems with a system path (OSFS) a temp file + `os.link`, which fails
-if the name exists; elsewhere a temp file + `move(overwrite=False)`, which MemoryFS does
-under its lock.
+primitives: on filesystems with a system path (OSFS) the local publisher's system calls
+(temp file + fsync + `link`, which fails if the name exists, + directory fsync; documents:
+temp + fsync + `replace` + directory fsync), each directory on the way fsynced into its
+parent; elsewhere a temp file + `move(overwrite=False)`, which MemoryFS does under its lock.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from glob import has_magic
 from typing import Any, Iterator
 
 from fsspec.spec import AbstractFileSystem
+
+from little_workflow.world.posix import REAL_POSIX, Posix
+from little_workflow.world.publish import LocalPublisher
 
 
 def _import_fs() -> Any:
@@ -86,11 +90,16 @@ class PyFilesystemFS(AbstractFileSystem):
     atomic_publication = "yes: temp + link (system path) or move(overwrite=False) under the FS lock"
     multi_writer = "threads of one process; OSFS also processes (link)"
 
-    def __init__(self, pyfs: Any, **kwargs: Any):
+    def __init__(self, pyfs: Any, posix: Posix | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         _import_fs()
         self.pyfs = pyfs
         self._lock = threading.RLock()
+        # With a system path: the system calls for durable publication (tests pass a
+        # power-cut model), and the directories known to be durable in their parent.
+        self.posix = posix or REAL_POSIX
+        self._local = LocalPublisher(self, posix=self.posix)
+        self._durable_dirs: set[str] = set()
 
     @property
     def fsid(self) -> str:
@@ -272,25 +281,14 @@ class PyFilesystemFS(AbstractFileSystem):
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
         """Make `path` hold `data` unless it exists; atomic, never overwrites."""
         path = self._strip_protocol(path)
+        if self.pyfs.hassyspath(path):
+            self._durable_parent(path)
+            return self._local.publish_if_absent(self.pyfs.getsyspath(path), bytes(data))
         parent = self._parent(path)
         tmp = self._join(parent, f".tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}")
         errors = _import_fs().errors
         self._write(tmp, bytes(data))
         try:
-            if self.pyfs.hassyspath(tmp):
-                src, dst = self.pyfs.getsyspath(tmp), self.pyfs.getsyspath(path)
-                with open(src, "rb+") as f:
-                    os.fsync(f.fileno())
-                try:
-                    os.link(src, dst)
-                except FileExistsError:
-                    return False
-                dir_fd = os.open(os.path.dirname(dst), os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-                return True
             try:
                 self.pyfs.move(tmp, path, overwrite=False)
             except errors.DestinationExists:
@@ -302,10 +300,31 @@ class PyFilesystemFS(AbstractFileSystem):
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         path = self._strip_protocol(path)
+        if self.pyfs.hassyspath(path):
+            self._durable_parent(path)
+            self._local.replace(self.pyfs.getsyspath(path), bytes(data))
+            return
         tmp = self._join(self._parent(path), f".tmp-{uuid.uuid4().hex}")
         self._write(tmp, bytes(data))
         with _mapped_errors(path):
-            if self.pyfs.hassyspath(tmp):
-                os.replace(self.pyfs.getsyspath(tmp), self.pyfs.getsyspath(path))
-            else:
-                self.pyfs.move(tmp, path, overwrite=True)
+            self.pyfs.move(tmp, path, overwrite=True)
+
+    def _durable_parent(self, path: str) -> None:
+        """Create `path`'s parent directories as needed and make each one's name durable in
+        its own parent, up to the filesystem's root: once per directory and instance, so
+        directories made earlier without an fsync (`makedirs`, another process) count."""
+        root = os.path.abspath(self.pyfs.getsyspath("/"))
+        directory = os.path.dirname(os.path.abspath(self.pyfs.getsyspath(path)))
+        pending = []
+        while directory not in self._durable_dirs and directory != root \
+                and directory.startswith(root):
+            pending.append(directory)
+            directory = os.path.dirname(directory)
+        for directory in reversed(pending):
+            if not self.posix.isdir(directory):
+                try:
+                    self.posix.mkdir(directory)
+                except FileExistsError:
+                    pass
+            self.posix.fsync_dir(os.path.dirname(directory))
+            self._durable_dirs.add(directory)

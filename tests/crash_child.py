@@ -1,5 +1,6 @@
 """A child process for crash tests: runs a reference workflow, records every real step
-call in a ledger, and is killed with SIGKILL by the test at a random moment."""
+call in a ledger (`<stepPath>`) and every step the workflow body saw succeed
+(`ack <stepPath>`, the marker the test waits for before its SIGKILL)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ def ledger_write(path: str) -> None:
         f.write(f"{path}\n")
 
 
+def ack(*paths: str) -> None:
+    for path in paths:
+        ledger_write(f"ack {path}")
+
+
 def work(path: str, value: int, delay: float) -> dict:
     ledger_write(path)
     time.sleep(delay)
@@ -30,14 +36,21 @@ async def reference(ctx: lw.RunContext, input: dict) -> dict:
     total = 0
     for i in range(SERIAL):
         total += (await ctx.step(f"serial-{i}", work, f"serial-{i}", i, delay))["value"]
+        ack(f"serial-{i}")
     group = await ctx.parallel(
         "fan", [functools.partial(work, f"fan/{i}", i, delay) for i in range(PARALLEL)],
         max_concurrency=3)
+    ack(*(f"fan/{i}" for i in range(PARALLEL)))
     total += sum(r["value"] for r in group)
-    big = await ctx.step("big", work, "big", 2000, delay)  # > inline limit: an artifact
+    # > inline limit: an artifact. Long enough that a kill sent after any earlier marker
+    # lands before the run ends.
+    big = await ctx.step("big", work, "big", 2000, max(delay, 0.25))
+    ack("big")
     return {"total": total, "bigLen": len(big["pad"])}
 
 
+#: How many ack markers one whole run writes.
+MARKERS = SERIAL + PARALLEL + 1
 EXPECTED = {"total": sum(range(SERIAL)) + sum(range(PARALLEL)), "bigLen": 100000}
 
 

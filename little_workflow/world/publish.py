@@ -10,12 +10,14 @@ cheapest primitive that really is atomic there.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import uuid
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable
 
 from .identity import object_lock
+from .posix import REAL_POSIX, Posix
 
 TEMP_PREFIX = ".tmp-"
 
@@ -104,13 +106,17 @@ class Publisher(ABC):
 
 
 class LocalPublisher(Publisher):
-    """Local disk: temp file + fsync + `os.link` (fails if the name exists) + dir fsync."""
+    """Local disk: temp file + fsync + `os.link` (fails if the name exists) + dir fsync.
+
+    Every system call goes through `posix` (default: the real one; a filesystem object
+    may carry its own as `fs.posix`, e.g. the power-cut model of the tests)."""
 
     atomic_publication = "yes: temp + fsync + link (no replace) + dir fsync"
     multi_writer = "yes: processes and threads (link is atomic)"
 
-    def __init__(self, fs: Any):
+    def __init__(self, fs: Any, posix: Posix | None = None):
         self.fs = fs
+        self.posix: Posix = posix or getattr(fs, "posix", None) or REAL_POSIX
         self._known_dirs: set[str] = set()
         self._unsynced_dirs: set[str] = set()
         self._unsynced_lock = threading.Lock()
@@ -118,28 +124,29 @@ class LocalPublisher(Publisher):
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
         directory = os.path.dirname(path)
         if directory not in self._known_dirs:
-            os.makedirs(directory, exist_ok=True)
+            self.posix.makedirs(directory)
             self._known_dirs.add(directory)
         tmp = temp_name_for(path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = self.posix.create_exclusive(tmp)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            try:
+                self.posix.write(fd, data)
                 # The bytes are always synced before the name appears: a later directory
                 # fsync must never make a name durable whose content is not.
-                f.flush()
-                os.fsync(f.fileno())
+                self.posix.fsync(fd)
+            finally:
+                self.posix.close(fd)
             try:
-                os.link(tmp, path)
+                self.posix.link(tmp, path)
             except FileExistsError:
                 return False
         finally:
             try:
-                os.unlink(tmp)
+                self.posix.unlink(tmp)
             except FileNotFoundError:
                 pass
         if durable:
-            fsync_dir(directory)
+            self.posix.fsync_dir(directory)
             with self._unsynced_lock:
                 self._unsynced_dirs.discard(directory)
         else:
@@ -153,69 +160,66 @@ class LocalPublisher(Publisher):
         with self._unsynced_lock:
             pending, self._unsynced_dirs = self._unsynced_dirs, set()
         for directory in pending:
-            fsync_dir(directory)
+            self.posix.fsync_dir(directory)
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        self.posix.makedirs(directory)
         tmp = temp_name_for(path)
-        with open(tmp, "wb") as f:
-            f.write(data)
+        fd = self.posix.create_exclusive(tmp)
+        try:
+            self.posix.write(fd, data)
             if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+                self.posix.fsync(fd)
+        finally:
+            self.posix.close(fd)
+        self.posix.replace(tmp, path)
         if durable:
-            fsync_dir(directory)
+            self.posix.fsync_dir(directory)
 
     def read(self, path: str) -> bytes | None:
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            return self.posix.read(path)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
     def ensure_dir(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        self.posix.makedirs(path)
 
     def remove(self, path: str) -> bool:
         try:
-            os.unlink(path)
+            self.posix.unlink(path)
         except FileNotFoundError:
             return False
-        fsync_dir(os.path.dirname(path))
+        self.posix.fsync_dir(os.path.dirname(path))
         return True
 
     def remove_dir(self, path: str) -> None:
         try:
-            os.rmdir(path)
+            self.posix.rmdir(path)
         except OSError:
             return
-        fsync_dir(os.path.dirname(path))
+        self.posix.fsync_dir(os.path.dirname(path))
 
     def info(self, path: str) -> dict[str, Any] | None:
         try:
-            st = os.stat(path)
+            st = self.posix.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if os.path.isdir(path):
+        if stat.S_ISDIR(st.st_mode):
             return {"type": "directory", "size": 0}
         return {"type": "file", "size": st.st_size}
 
     def list_names(self, path: str) -> list[str]:
         try:
-            names = os.listdir(path)
+            names = self.posix.listdir(path)
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(n for n in names if not is_temp_name(n))
 
 
 def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    REAL_POSIX.fsync_dir(directory)
 
 
 class MemoryPublisher(Publisher):

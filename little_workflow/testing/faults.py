@@ -18,7 +18,7 @@ from typing import Any
 
 from fsspec.spec import AbstractFileSystem
 
-from .world.publish import Publisher, publisher_for, temp_name_for
+from ..world.publish import Publisher, publisher_for, temp_name_for
 
 
 class SimulatedCrash(BaseException):
@@ -238,12 +238,12 @@ def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
 
     from fsspec.implementations.local import LocalFileSystem
 
-    from .world.core import World
-    from .world.event_stores import SqliteEventStore
-    from .world.local import LAYOUT_DIRS
-    from .world.locks import DirectoryLocks
-    from .world.publish import LocalPublisher
-    from .world.shared_state import StorageState
+    from ..world.core import World
+    from ..world.event_stores import SqliteEventStore
+    from ..world.local import LAYOUT_DIRS
+    from ..world.locks import DirectoryLocks
+    from ..world.publish import LocalPublisher
+    from ..world.shared_state import StorageState
 
     root = os.path.abspath(data_dir)
     for sub in LAYOUT_DIRS:
