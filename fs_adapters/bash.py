@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 import time
-from typing import Any, Callable
+from typing import Any
 
 from just_bash.types import FsStat
 

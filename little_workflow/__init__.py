@@ -9,32 +9,32 @@ from .errors import (
     FatalError,
     IdempotencyConflictError,
     InputMismatchError,
+    LeaseLostError,
     LittleWorkflowError,
     MissingExtraError,
     NotInStepError,
     OutputSchemaError,
     ReplayDivergenceError,
+    RunCancelledError,
+    RunFinishedError,
     RunLockedError,
+    RunNotFoundError,
     RuntimeIntegrityError,
     SchemaValidationError,
     StepError,
     StepFailedError,
     StepTimeoutError,
+    StorageError,
     UnknownWorkflowError,
     UnsupportedSourceError,
     WorkflowFailedError,
     WorkflowMismatchError,
     WorldPathError,
-    RunNotFoundError,
-    RunFinishedError,
-    RunCancelledError,
-    LeaseLostError,
-    StorageError,
 )
+from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
 from .runtime.outer_loop import Continue, Done
-from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
 from .runtime.runner import areplay_run, materialize_run_state, replay_run
 from .runtime.state import RunResult, RunState, StepState
 from .runtime.steps import Retry, StepInfo, current_step

@@ -181,7 +181,7 @@ def test_read_only_data_dir_is_one_line_naming_the_file(tmp_path):
         line = one_line_error(run_as_nobody("--data-dir", fresh, "runs", cwd=ROOT), fresh)
         assert "Permission denied" in line
     finally:
-        for path, dirs, _ in os.walk(base):
+        for path, _dirs, _ in os.walk(base):
             os.chmod(path, 0o755)
         import shutil
 

@@ -36,8 +36,9 @@ from .ids import (
 from .locks import CrossProcessLocks, held
 from .models import ArtifactManifest, Event, FrozenDict, FrozenList, thaw
 from .publish import Publisher, is_temp_name
-from .shared_state import TERMINAL_STATUS, RunLedger, StorageState
+from .shared_state import RunLedger, StorageState
 from .slots import StepSlots
+from .storage_errors import storage_error
 from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
 
 #: A payload value whose canonical JSON is larger than this is stored as an artifact and
@@ -46,7 +47,6 @@ INLINE_LIMIT = 64 * 1024
 REF_KEY = "$ref"
 #: Terminal events: nothing is appended after them, except the outer loop's record.
 AFTER_END_ALLOWED = frozenset({"outer_loop.cycle_completed"})
-from .storage_errors import storage_error
 
 
 class EventPayloadError(LittleWorkflowError, TypeError):

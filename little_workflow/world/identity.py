@@ -33,8 +33,9 @@ def object_token(obj: Any) -> str:
         if held is not None and held[0]() is obj:
             return held[1]
         token = uuid.uuid4().hex
-        ref = weakref.ref(obj, lambda _r, key=id(obj): _fallback_by_id.pop(key, None))
-        _fallback_by_id[id(obj)] = (ref, token)
+        key = id(obj)
+        ref = weakref.ref(obj, lambda _r: _fallback_by_id.pop(key, None))
+        _fallback_by_id[key] = (ref, token)
         return token
 
 

@@ -8,6 +8,7 @@ import weakref
 from .core import World
 from .event_stores import SqliteEventStore
 from .locks import DirectoryLocks
+from .posix import REAL_POSIX
 from .publish import LocalPublisher
 from .shared_state import storage_state_for
 from .storage_errors import storage_error
@@ -21,7 +22,9 @@ def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | 
     root = os.path.abspath(os.fspath(data_dir))
     for sub in LAYOUT_DIRS:
         try:
-            os.makedirs(os.path.join(root, sub), exist_ok=True)
+            # Each new directory fsynced into its parent: events.db and every published
+            # file hang from these.
+            REAL_POSIX.makedirs(os.path.join(root, sub))
         except OSError as e:  # read-only or unwritable data dir, a file in the way
             raise storage_error(e, os.path.join(root, sub)) from None
     fs = LocalFileSystem()
