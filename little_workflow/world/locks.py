@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from typing import Iterator, Protocol
@@ -51,6 +52,53 @@ def held(state: StorageState, name: str, label: str, backend: CrossProcessLocks 
         with state.lock:
             if state.active_runs.get(name) == token:
                 del state.active_runs[name]
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def process_start_time(pid: int) -> str:
+    """The kernel's start time of a process (clock ticks since boot), or "" where unknown:
+    with the boot id it tells a reused pid from the process that wrote a lock."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b") ", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def this_process() -> dict[str, object]:
+    """What identifies this process for real: a pid alone is reused, and containers that
+    share a data dir can each have the same pid."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "bootId": _boot_id(),
+            "startTime": process_start_time(os.getpid())}
+
+
+def owner_state(owner: dict) -> str:
+    """"self", "alive", "dead" or "unknown" (another host: cannot be checked from here)."""
+    me = this_process()
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return "dead"
+    if owner.get("host", me["host"]) != me["host"] or owner.get("bootId", me["bootId"]) != me["bootId"]:
+        # Another machine or container, or this machine before a reboot (same host name,
+        # other boot id: every process of that boot is gone).
+        if owner.get("host", me["host"]) == me["host"]:
+            return "dead"
+        return "unknown"
+    started = owner.get("startTime")
+    if pid == me["pid"] and (not started or started == me["startTime"]):
+        return "self"
+    if not pid_alive(pid):
+        return "dead"
+    if started and process_start_time(pid) not in ("", started):
+        return "dead"  # the pid was reused by a newer process
+    return "alive"
 
 
 def pid_alive(pid: int) -> bool:
@@ -96,7 +144,7 @@ class DirectoryLocks:
         # only in the two system calls between mkdir and rename, not across an fsync.
         staged = os.path.join(self.locks_dir, f".owner-{token}.tmp")
         with open(staged, "w") as f:
-            json.dump({"pid": os.getpid(), "token": token, "createdAt": utc_now_iso()}, f)
+            json.dump({**this_process(), "token": token, "createdAt": utc_now_iso()}, f)
             f.flush()
             os.fsync(f.fileno())
         try:
@@ -119,8 +167,10 @@ class DirectoryLocks:
         """The lock dir exists: raise if its holder may be alive, else take it over."""
         owner = self._owner(lock_dir)
         if owner is not None:
-            if owner["pid"] != os.getpid() and pid_alive(owner["pid"]):
-                raise RunLockedError(label, owner["pid"])
+            state = owner_state(owner)
+            if state in ("alive", "unknown"):
+                where = f" on host {owner.get('host')}" if state == "unknown" else ""
+                raise RunLockedError(label, owner["pid"], where)
             # Dead owner — or this very process, whose in-process lock is free, so the
             # directory is a leftover of an earlier holder in here.
             self._recover(name, lock_dir, owner["token"])
