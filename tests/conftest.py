@@ -56,6 +56,14 @@ class WorldMaker:
             self._s3 = s3
             self._bucket = s3.new_bucket()
             self._fs = s3.filesystem()
+        elif kind == "azure":
+            # Registers its publisher, as the entry point does once the package is installed.
+            import fs_adapters.azure_blob  # noqa: F401
+
+            azurite = request.getfixturevalue("azurite")
+            self._azurite = azurite
+            self._bucket = azurite.new_container()
+            self._fs = azurite.filesystem()
 
     @property
     def data_dir(self) -> str:
@@ -63,7 +71,7 @@ class WorldMaker:
             return str(self.tmp_path / "wf")
         if self.kind == "local_world":
             return str(self.tmp_path / "lw")
-        if self.kind == "s3":
+        if self.kind in ("s3", "azure"):
             return f"{self._bucket}/wf"
         return "/wf"
 
@@ -75,6 +83,8 @@ class WorldMaker:
     def reopen(self, **kwargs: Any) -> Any:
         if self.kind == "s3":
             self._fs = self._s3.filesystem()  # a second host: its own object and caches
+        elif self.kind == "azure":
+            self._fs = self._azurite.filesystem()  # a second host
         elif self.kind == "pyfs-osfs":
             from fs.osfs import OSFS
 
@@ -88,7 +98,7 @@ class WorldMaker:
         return self._fs
 
 
-WORLD_KINDS = ["memory", "local-fsspec", "dirfs-memory", "local_world", "pyfs-memory", "pyfs-osfs", "s3"]
+WORLD_KINDS = ["memory", "local-fsspec", "dirfs-memory", "local_world", "pyfs-memory", "pyfs-osfs", "s3", "azure"]
 
 
 @pytest.fixture(params=WORLD_KINDS)
@@ -125,3 +135,12 @@ def moto_s3() -> Any:
 
 
 Maker = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Any:
+    from azurite_server import Azurite
+
+    server = Azurite()
+    yield server
+    server.stop()

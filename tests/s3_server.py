@@ -39,3 +39,35 @@ class MotoS3:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+class NetworkPath:
+    """Another endpoint to the same moto store (moto keeps its state per process): a
+    host whose network to the store can be cut with `cut()`, while others still reach it."""
+
+    def __init__(self, store: MotoS3) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.port = _free_port()
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+        self.storage_options = {
+            **store.storage_options,
+            "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{self.port}",
+                              "region_name": "us-east-1"},
+            # Once cut, give up quickly instead of retrying for seconds.
+            "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
+        }
+        self.up = True
+
+    def filesystem(self) -> Any:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+        fs.retries = 1
+        return fs
+
+    def cut(self) -> None:
+        if self.up:
+            self.up = False
+            self.server.stop()

@@ -51,10 +51,16 @@ def pair_factory(kind, tmp_path, request):
         s3 = request.getfixturevalue("moto_s3")
         bucket = s3.new_bucket()
         return s3.filesystem, f"{bucket}/wf"
+    if kind == "azure":
+        import fs_adapters.azure_blob  # noqa: F401  (registers its publisher)
+
+        azurite = request.getfixturevalue("azurite")
+        container = azurite.new_container()
+        return azurite.filesystem, f"{container}/wf"
     raise ValueError(kind)
 
 
-BACKENDS = ["memory", "dirfs-memory", "local", "pyfs-memory", "pyfs-osfs", "s3"]
+BACKENDS = ["memory", "dirfs-memory", "local", "pyfs-memory", "pyfs-osfs", "s3", "azure"]
 
 
 def race_publish(make_fs, root) -> tuple[int, bool]:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Coroutine, TypeVar
 
 from ..errors import (
     InputMismatchError,
+    LeaseLostError,
     OutputSchemaError,
     ReplayDivergenceError,
     SchemaValidationError,
@@ -127,7 +128,7 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     try:
         output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
-    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, StorageError):
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, StorageError, LeaseLostError):
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
         await ctx.append("run.failed", {"error": error_record(e)})

@@ -43,9 +43,14 @@ def held(state: StorageState, name: str, label: str, backend: CrossProcessLocks 
         state.active_runs[name] = token
     try:
         backend_token = backend.acquire(name, label) if backend is not None else None
+        check = getattr(backend, "check", None)
+        if check is not None:  # a leased lock fences every append of its holder
+            state.fences[label] = lambda: check(name, backend_token)
         try:
             yield token
         finally:
+            if check is not None:
+                state.fences.pop(label, None)
             if backend is not None and backend_token is not None:
                 backend.release(name, backend_token)
     finally:

@@ -1,0 +1,135 @@
+"""Azure Blob Storage (through adlfs), experimental.
+
+Like S3, Blob Storage has no rename; every immutable file is published with one
+conditional Put Blob (`If-None-Match: *`, what adlfs sends for `pipe_file(...,
+mode="create")`): the first writer wins, a loser gets 409 `BlobAlreadyExists` (or 412
+`ConditionNotMet`) and re-reads. Any other failure — authentication, a missing
+container, an unreachable endpoint — is a `StorageError` naming the blob.
+
+Registered for the `abfs`/`az` protocols through the `little_workflow.publishers` entry
+point (and on import), so the World never imports this module.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from little_workflow.errors import StorageError
+from little_workflow.world.publish import Publisher, is_temp_name, register_publisher
+
+PROTOCOLS = ("abfs", "az", "abfss")
+EXISTS_CODES = {"BlobAlreadyExists", "ConditionNotMet"}
+RETRYABLE_CODES = {"ServerBusy", "OperationTimedOut", "InternalError"}
+RETRIES = 5
+
+
+def azure_error(e: BaseException) -> tuple[str, int] | None:
+    """(error code, HTTP status) of the Azure response behind `e` (adlfs raises its own
+    FileExistsError/FileNotFoundError with the SDK's error as context), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = e
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        status = getattr(current, "status_code", None)
+        if status is not None:
+            code = getattr(current, "error_code", None)
+            if code is None:
+                response = getattr(current, "response", None)
+                headers = getattr(response, "headers", None) or {}
+                code = headers.get("x-ms-error-code", "")
+            return str(code or ""), int(status)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def already_exists(e: BaseException) -> bool:
+    found = azure_error(e)
+    return found is not None and (found[0] in EXISTS_CODES or found[1] == 412)
+
+
+def storage_error(e: BaseException, path: str, doing: str) -> StorageError:
+    where = f"az://{path}"
+    container = path.partition("/")[0]
+    found = azure_error(e)
+    first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if found is None:
+        return StorageError(where, f"{doing} failed: {type(e).__name__}: {first_line}",
+                            "check the account URL and the network")
+    code, status = found
+    if status in (401, 403) or "Authentication" in code or "Authorization" in code:
+        return StorageError(where, f"access denied while {doing} ({code or 'no code'}, HTTP {status}): "
+                            f"{first_line}", f"check the credentials for container {container!r}")
+    if code == "ContainerNotFound":
+        return StorageError(where, f"container {container!r} does not exist (while {doing})",
+                            "create it or fix the world URL")
+    return StorageError(where, f"{doing} failed: {code} (HTTP {status}): {first_line}")
+
+
+def _transient(e: BaseException) -> bool:
+    found = azure_error(e)
+    return found is not None and (found[0] in RETRYABLE_CODES or found[1] in (500, 503))
+
+
+class AzureBlobPublisher(Publisher):
+    blocking = True
+    prefers_listing = True
+    atomic_publication = "yes: one conditional Put Blob (If-None-Match: *)"
+    multi_writer = "yes: processes and hosts (the store arbitrates)"
+
+    def __init__(self, fs: Any):
+        self.fs = fs
+
+    def _retrying(self, path: str, doing: str, call: Any) -> Any:
+        for attempt in range(RETRIES):
+            try:
+                return call()
+            except (FileExistsError, FileNotFoundError):
+                raise
+            except Exception as e:
+                if _transient(e) and attempt + 1 < RETRIES:
+                    time.sleep(0.05 * 2**attempt)
+                    continue
+                raise storage_error(e, path, doing) from e
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        try:
+            self._retrying(path, "publishing", lambda: self.fs.pipe_file(path, data, mode="create"))
+        except FileExistsError as e:
+            if already_exists(e):
+                return False
+            raise storage_error(e, path, "publishing") from e
+        except FileNotFoundError as e:
+            raise storage_error(e, path, "publishing") from e
+        return True
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        try:
+            # One Put Blob: readers see the old or the new blob, never a mix.
+            self._retrying(path, "writing", lambda: self.fs.pipe_file(path, data))
+        except FileNotFoundError as e:
+            raise storage_error(e, path, "writing") from e
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            return bytes(self._retrying(path, "reading", lambda: self.fs.cat_file(path)))
+        except FileNotFoundError as e:
+            found = azure_error(e)
+            if found is not None and found[0] == "ContainerNotFound":
+                raise storage_error(e, path, "reading") from e
+            return None
+
+    def ensure_dir(self, path: str) -> None:
+        return None  # blob names need no directories
+
+    def list_names(self, path: str) -> list[str]:
+        self.fs.invalidate_cache(path)  # adlfs caches listings per instance
+        try:
+            entries = self._retrying(path, "listing", lambda: self.fs.ls(path, detail=False))
+        except FileNotFoundError:
+            return []
+        names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
+        return sorted(n for n in names if n and not is_temp_name(n))
+
+
+register_publisher(PROTOCOLS, AzureBlobPublisher)

@@ -1,0 +1,72 @@
+"""A real Azurite (Azure Blob emulator, npm package `azurite`) on 127.0.0.1 (random port),
+started and stopped by the tests. In memory: nothing is left on disk."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from typing import Any
+
+# Azurite's well-known development account (public, documented by Microsoft).
+ACCOUNT = "devstoreaccount1"
+ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Azurite:
+    def __init__(self) -> None:
+        executable = shutil.which("azurite-blob")
+        if executable is None:
+            raise RuntimeError("azurite-blob is not installed: npm install -g azurite@3.37")
+        self.port = _free_port()
+        self.workdir = tempfile.mkdtemp(prefix="azurite-")  # its debug log, if any
+        self.process = subprocess.Popen(
+            [executable, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+             "--skipApiVersionCheck", "--loose", "--inMemoryPersistence", "--silent"],
+            cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"azurite-blob exited: {self.process.stderr.read().decode()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("azurite-blob did not start within 60 s") from None
+                time.sleep(0.1)
+        self.connection_string = (
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+            f"BlobEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};")
+        self.storage_options = {"connection_string": self.connection_string}
+
+    def filesystem(self, **options: Any) -> Any:
+        """A new adlfs object, as a separate host would have (own caches, own session)."""
+        from adlfs import AzureBlobFileSystem
+
+        return AzureBlobFileSystem(skip_instance_cache=True, **{**self.storage_options, **options})
+
+    def new_container(self) -> str:
+        name = "lw-" + uuid.uuid4().hex[:20]
+        self.filesystem().mkdir(name)
+        return name
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
