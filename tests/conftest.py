@@ -35,7 +35,7 @@ class WorldMaker:
             self._fs = private_memory()
         elif kind == "dirfs-memory":
             self._fs = DirFileSystem(path="/base", fs=private_memory())
-        elif kind == "local-fsspec":
+        elif kind == "local-file":
             self._fs = LocalFileSystem()
         elif kind == "pyfs-memory":
             from fs.memoryfs import MemoryFS
@@ -67,7 +67,7 @@ class WorldMaker:
 
     @property
     def data_dir(self) -> str:
-        if self.kind == "local-fsspec":
+        if self.kind == "local-file":
             return str(self.tmp_path / "wf")
         if self.kind == "local_world":
             return str(self.tmp_path / "lw")
@@ -98,7 +98,7 @@ class WorldMaker:
         return self._fs
 
 
-WORLD_KINDS = ["memory", "local-fsspec", "dirfs-memory", "local_world", "pyfs-memory", "pyfs-osfs", "s3", "azure"]
+WORLD_KINDS = ["memory", "local-file", "dirfs-memory", "local_world", "pyfs-memory", "pyfs-osfs", "s3", "azure"]
 
 
 @pytest.fixture(params=WORLD_KINDS)

@@ -32,7 +32,7 @@ def pair_factory(kind, tmp_path, request):
     if kind == "dirfs-memory":
         inner = private_memory()
         return lambda: DirFileSystem(path="/base", fs=inner), "/wf"
-    if kind == "local":
+    if kind == "local-file":
         return lambda: LocalFileSystem(skip_instance_cache=True), str(tmp_path / "wf")
     if kind == "pyfs-memory":
         from fs.memoryfs import MemoryFS
@@ -60,7 +60,7 @@ def pair_factory(kind, tmp_path, request):
     raise ValueError(kind)
 
 
-BACKENDS = ["memory", "dirfs-memory", "local", "pyfs-memory", "pyfs-osfs", "s3", "azure"]
+BACKENDS = ["memory", "dirfs-memory", "local-file", "pyfs-memory", "pyfs-osfs", "s3", "azure"]
 
 
 def race_publish(make_fs, root) -> tuple[int, bool]:

@@ -9,11 +9,11 @@ from fsspec.implementations.dirfs import DirFileSystem
 import little_workflow as lw
 
 
-@pytest.fixture(params=["memory", "local-fsspec", "dirfs-memory", "local_world"])
+@pytest.fixture(params=["memory", "local-file", "dirfs-memory", "local_world"])
 def bw(request, tmp_path):
     if request.param == "memory":
         return lw.virtual_world(private_memory(), "/wf")
-    if request.param == "local-fsspec":
+    if request.param == "local-file":
         return lw.virtual_world(f"file://{tmp_path}/vw")
     if request.param == "dirfs-memory":
         return lw.virtual_world(DirFileSystem(path="/base", fs=private_memory()), "/wf")

@@ -14,11 +14,11 @@ from pydantic import BaseModel
 import little_workflow as lw
 
 
-@pytest.fixture(params=["memory", "local-fsspec", "local_world"])
+@pytest.fixture(params=["memory", "local-file", "local_world"])
 def rworld(request, tmp_path):
     if request.param == "memory":
         return lw.virtual_world(private_memory(), "/wf")
-    if request.param == "local-fsspec":
+    if request.param == "local-file":
         return lw.virtual_world(f"file://{tmp_path}/vw")
     return lw.local_world(str(tmp_path / "lw"))
 
