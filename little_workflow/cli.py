@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import json
-import os
+import shlex
 import sys
 from typing import Any, Callable
 
@@ -13,6 +12,18 @@ import click
 
 import little_workflow as lw
 
+from .ops.cli_support import (
+    error_text,
+    format_duration,
+    format_started,
+    interruptible,
+    is_storage_client_error,
+    load_workflow,
+    open_world,
+    plain_table,
+    run_rows,
+)
+from .world.ids import new_run_id
 from .world.verify import verify_world
 
 
@@ -21,7 +32,12 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.message}", err=True)
 
 
-def world_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = False) -> Any:
+    """`--data-dir DIR` / `--world URL` for a command, which gets `world=`. A read-only
+    command (`@world_options(read_only=True)`) never creates a data dir."""
+    if fn is None:
+        return functools.partial(world_options, read_only=read_only)
+
     @click.option("--data-dir", default=None, metavar="DIR",
                   help="local_world data dir (default .little-workflow)")
     @click.option("--world", "world_url", default=None, metavar="URL",
@@ -34,20 +50,20 @@ def world_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         world_url = world_url or parent.get("world_url")
         if data_dir and world_url:
             raise UserError("give --data-dir or --world, not both")
-        return fn(*args, world=_open_world(data_dir, world_url), **kwargs)
+        ctx.meta["little.world_args"] = (["--data-dir", data_dir] if data_dir else
+                                         ["--world", world_url] if world_url else [])
+        world = open_world(data_dir, world_url, read_only=read_only, run_id=kwargs.get("run_id"),
+                           note=lambda line: click.echo(line, err=True))
+        try:
+            return fn(*args, world=world, **kwargs)
+        except Exception as e:
+            if world_url and is_storage_client_error(e):
+                raise UserError(f"{world_url}: {type(e).__name__}: {e}") from None
+            raise
+        finally:
+            world.close()
 
     return wrapper
-
-
-def _open_world(data_dir: str | None, world_url: str | None) -> Any:
-    if world_url:
-        if "://" not in world_url:
-            raise UserError(f"--world takes an fsspec URL like memory://wf, not {world_url!r}")
-        try:
-            return lw.virtual_world(world_url)
-        except (ValueError, ImportError, OSError) as e:
-            raise UserError(f"cannot open world {world_url}: {e}") from None
-    return lw.local_world(data_dir or ".little-workflow")
 
 
 def _console() -> Any:
@@ -69,23 +85,7 @@ def cli(data_dir: str | None, world_url: str | None) -> None:
 
 
 def _load_workflow(target: str) -> Any:
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"expected MODULE:WORKFLOW, got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as uvicorn does
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UserError(f"cannot import module {module_name!r}: {e}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UserError(f"module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not isinstance(obj, lw.Workflow):
-        raise UserError(f"{target} is not a workflow (decorate it with @little_workflow.workflow)")
-    return obj
+    return load_workflow(target)
 
 
 @cli.command()
@@ -95,31 +95,47 @@ def _load_workflow(target: str) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @world_options
 def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: Any) -> None:
-    """Start (or resume) a run of MODULE:WORKFLOW."""
+    """Start (or resume) a run of MODULE:WORKFLOW (or path/to/file.py:WORKFLOW)."""
     wf = _load_workflow(target)
     try:
         value = json.loads(input_json)
     except ValueError as e:
         raise UserError(f"--input is not valid JSON: {e}") from None
+    run_id = run_id or new_run_id()
+    before = lw.materialize_run_state(world, run_id).status if world.list_events(run_id) else None
     console = _console()
     seen: list[str] = []
 
     def on_call(name: str, args: tuple, kwargs: dict) -> None:
+        if name == "append_event" and len(args) >= 3 and args[1] == "run.started":
+            verb = "started" if before is None else "resuming"
+            click.echo(f"{verb} run {run_id} (workflow {wf.id})", err=True)
         if name == "append_event" and len(args) >= 3 and args[1] == "step.succeeded":
             seen.append(str(args[2].get("stepPath")))
 
-    traced = lw.tracing_world(world, on_call)
-    if as_json or not console.is_terminal:
-        result = lw.run_workflow(wf, value, world=traced, run_id=run_id)
-    else:
-        with console.status(f"running {wf.id}…") as status:
-            def progress(name: str, args: tuple, kwargs: dict) -> None:
-                on_call(name, args, kwargs)
-                if seen:
-                    status.update(f"running {wf.id}: {len(seen)} steps done, last {seen[-1]}")
-
-            traced = lw.tracing_world(world, progress)
-            result = lw.run_workflow(wf, value, world=traced, run_id=run_id)
+    try:
+        with interruptible():
+            result = _run_traced(wf, value, run_id, world, console, on_call, seen, as_json)
+    except KeyboardInterrupt:
+        resume = ["little", "run", target, "--run-id", run_id]
+        resume += ["--input", input_json] if input_json != "null" else []
+        resume += click.get_current_context().meta.get("little.world_args", [])
+        click.echo(f"interrupted: run {run_id} is unfinished; its completed steps are kept. "
+                   "Resume it with:", err=True)
+        click.echo("  " + shlex.join(resume), err=True)
+        sys.exit(130)
+    except lw.WorkflowFailedError as e:
+        if as_json:
+            _dump({"runId": run_id, "status": "failed", "output": None, "workflowId": wf.id,
+                   "error": e.error})
+        message = f"run {run_id} failed: {error_text(e.error)}"
+        if before == "failed":
+            message += (" — this is the stored result of an earlier attempt (a failed run is "
+                        f"not run again); to run it again from the failed step: little fork {run_id}")
+        raise UserError(message) from None
+    if before == "completed":
+        click.echo(f"run {run_id} had already completed: this is its stored result "
+                   "(nothing ran)", err=True)
     if as_json:
         _dump(result.to_json_dict())
     else:
@@ -129,34 +145,34 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
-@world_options
+@world_options(read_only=True)
 def runs(as_json: bool, world: Any) -> None:
-    """List runs with their status."""
-    rows = []
-    for run_id in world.list_runs():
-        try:
-            state = lw.materialize_run_state(world, run_id)
-        except (lw.RuntimeIntegrityError, lw.StorageError, lw.WorldPathError) as e:
-            # One damaged run must not hide the others: list it, say why.
-            rows.append({"runId": run_id, "workflowId": None, "status": "corrupt",
-                         "steps": None, "events": None, "updatedAt": None, "problem": str(e)})
-            continue
-        rows.append({"runId": run_id, "workflowId": state.workflow_id, "status": state.status,
-                     "steps": len(state.steps), "events": state.event_count,
-                     "updatedAt": state.updated_at})
+    """List runs, newest first: id, status, workflow, started (UTC), duration."""
+    rows = run_rows(world)
     if as_json:
         _dump(rows)
         return
-    from rich.table import Table
-
-    table = Table("run id", "workflow", "status", "steps", "events", "updated")
-    for r in rows:
-        table.add_row(*(("-" if v is None else str(v)) for v in (
-            r["runId"], r["workflowId"], r["status"], r["steps"], r["events"], r["updatedAt"])))
-    _console().print(table)
+    click.echo(plain_table(
+        ["run id", "status", "workflow", "started (UTC)", "duration", "steps"],
+        [[r["runId"], r["status"], r["workflowId"] or "-", format_started(r["startedAt"]),
+          format_duration(r["durationSeconds"]), "-" if r["steps"] is None else str(r["steps"])]
+         for r in rows]))
     for r in rows:
         if "problem" in r:
             click.echo(f"{r['runId']}: {r['problem']}", err=True)
+
+
+def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
+                on_call: Callable[..., Any], seen: list[str], as_json: bool) -> Any:
+    if as_json or not console.is_terminal:
+        return lw.run_workflow(wf, value, world=lw.tracing_world(world, on_call), run_id=run_id)
+    with console.status(f"running {wf.id}…") as status:
+        def progress(name: str, args: tuple, kwargs: dict) -> None:
+            on_call(name, args, kwargs)
+            if seen:
+                status.update(f"running {wf.id}: {len(seen)} steps done, last {seen[-1]}")
+
+        return lw.run_workflow(wf, value, world=lw.tracing_world(world, progress), run_id=run_id)
 
 
 def _require_run(world: Any, run_id: str) -> list[Any]:
@@ -170,7 +186,7 @@ def _require_run(world: Any, run_id: str) -> list[Any]:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--follow", "-f", is_flag=True, help="print events as they are appended, until the run ends")
-@world_options
+@world_options(read_only=True)
 def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
     """Show a run's event log."""
     evs = _require_run(world, run_id)
@@ -187,15 +203,20 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
     table = Table("seq", "type", "step / detail", "created")
     for e in evs:
         p = e.payload if isinstance(e.payload, dict) else {}
-        detail = p.get("stepPath") or p.get("name") or p.get("workflowId") or ""
-        table.add_row(str(e.sequence), e.type, str(detail), e.created_at)
+        detail = str(p.get("stepPath") or p.get("name") or p.get("workflowId") or "")
+        if e.type.endswith(".failed") and p.get("error"):
+            detail = (detail + ": " if detail else "") + error_text(p["error"])
+        table.add_row(str(e.sequence), e.type, detail, e.created_at)
     _console().print(table)
+    failed = [e for e in evs if e.type == "run.failed" and isinstance(e.payload, dict)]
+    if failed:  # in full, whatever the table had room for
+        click.echo(f"run failed: {error_text(failed[-1].payload.get('error'))}")
 
 
 @cli.command("inspect")
 @click.argument("run_id")
 @click.option("--html", "html_file", required=True, metavar="FILE", help="the page to write")
-@world_options
+@world_options(read_only=True)
 def inspect_run(run_id: str, html_file: str, world: Any) -> None:
     """Write one self-contained HTML page for a run: header, timeline, event table."""
     from .ops.inspect import render_run_html
@@ -219,7 +240,7 @@ def ui(port: int, world: Any) -> None:
 @cli.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
-@world_options
+@world_options(read_only=True)
 def replay(run_id: str, as_json: bool, world: Any) -> None:
     """Fold a run's events into its state (status, steps, output)."""
     _require_run(world, run_id)
@@ -232,20 +253,25 @@ def replay(run_id: str, as_json: bool, world: Any) -> None:
     click.echo(f"run {state.run_id}  workflow {state.workflow_id}  status {state.status}")
     table = Table("step", "status", "attempts", "output")
     for path, s in state.steps.items():
-        out = json.dumps(s.output, ensure_ascii=False)
+        out = error_text(s.error) if s.status == "failed" else json.dumps(s.output, ensure_ascii=False)
         table.add_row(path, s.status, str(s.attempts), out if len(out) < 60 else out[:57] + "…")
     _console().print(table)
-    click.echo("output: " + json.dumps(state.output, ensure_ascii=False))
+    if state.error:
+        click.echo("error: " + error_text(state.error))
+    else:
+        click.echo("output: " + json.dumps(state.output, ensure_ascii=False))
 
 
 @cli.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
-@world_options
+@world_options(read_only=True)
 def artifacts(run_id: str, as_json: bool, world: Any) -> None:
     """List a run's artifacts."""
     lw.world.ids.validate_run_id(run_id)
     manifests = world.list_artifacts(run_id)
+    if not manifests:
+        _require_run(world, run_id)
     if as_json:
         _dump([m.to_json_dict() for m in manifests])
         return
@@ -259,7 +285,7 @@ def artifacts(run_id: str, as_json: bool, world: Any) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
-@world_options
+@world_options(read_only=True)
 def verify(as_json: bool, world: Any) -> None:
     """Re-hash every artifact and check every run's log (exit 1 on any problem)."""
     report = verify_world(world)
@@ -291,11 +317,15 @@ def demo(demo_dir: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
     try:
-        cli.main(args=argv, prog_name="little", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(1)
+        cli.main(args=args or ["--help"], prog_name="little", standalone_mode=False)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Abort:  # click's word for Ctrl-C
+        click.echo("interrupted", err=True)
+        sys.exit(130)
     except click.UsageError as e:
         click.echo(f"error: {e.format_message()} (see 'little --help')", err=True)
         sys.exit(e.exit_code)

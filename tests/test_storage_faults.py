@@ -175,10 +175,12 @@ def test_read_only_data_dir_is_one_line_naming_the_file(tmp_path):
                           "--input", '{"x": 1}', cwd=ROOT)
         line = one_line_error(r, existing)
         assert db in line or os.path.join(existing, "events") in line, line
-        # A data dir that cannot even be created names the directory it needed.
+        # A data dir that cannot even be created names the directory it needed (`run`
+        # creates one; read-only commands such as `runs` never do).
         os.chmod(base, 0o555)
         fresh = os.path.join(base, "fresh")
-        line = one_line_error(run_as_nobody("--data-dir", fresh, "runs", cwd=ROOT), fresh)
+        line = one_line_error(run_as_nobody("--data-dir", fresh, "run", "tests.test_storage_faults:faults_wf",
+                                            "--input", '{"x": 1}', cwd=ROOT), fresh)
         assert "Permission denied" in line
     finally:
         for path, _dirs, _ in os.walk(base):

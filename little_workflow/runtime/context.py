@@ -377,12 +377,20 @@ class RunContext:
         return await call_workflow(self, name, input)
 
     async def bash(self, path: str, script: str, **options: Any) -> Any:
-        """Run `script` in just-bash over views of this World (`/scratch`, `/run`,
-        `/memory/*`, skills, user mounts), recorded as step `path`: a resumed run gets
-        the recorded stdout, stderr and exit code without running it again. Options:
-        `mounts={"/at": lw.read_only("folder") | lw.file_mount("file") | "folder"}`,
-        `env={...}`, `limits=...` (just-bash ExecutionLimits or a dict). Needs the `bash`
-        extra (`pip install 'little-workflow[bash]'`)."""
+        """Run `script` in just-bash (a bash interpreter in Python: no host shell, no
+        host files) as the durable step `path`, and return its result: a dict
+        {"stdout", "stderr", "exitCode"} that also has `.stdout`, `.stderr`, `.exit_code`.
+        A non-zero exit code is a result, not an error. A resumed run gets the recorded
+        result without running the script again.
+
+        The script sees views of this World: `/scratch` (this step's folder, read-write,
+        the working directory), `/run` (the run's scratch), `/memory/org` (read-only),
+        `/memory/pipeline` and `/memory/workflow` (writes journaled), `/skills/<name>`
+        (the workflow's skills, read-only). Options: `mounts={"/at": lw.read_only("folder")
+        | lw.file_mount("file") | "folder"}`, `env={...}`, `limits=...` (just-bash
+        ExecutionLimits or a dict), `network=...` (no network unless given). Needs the
+        `bash` extra (`pip install 'little-workflow[bash]'`); without it, raises
+        `MissingExtraError`."""
         return await run_bash_step(self, path, script, **options)
 
 

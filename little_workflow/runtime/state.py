@@ -151,6 +151,24 @@ class RunState(_Model):
 
 
 class RunResult(_Model):
+    """What `run_workflow` / `arun_workflow` / `run_pipeline` return for a finished run.
+
+    Fields:
+      run_id       the run's id (`run_...`); the same id again returns this result and
+                   runs nothing.
+      status       "completed" (a failed run raises `WorkflowFailedError` instead, with
+                   `.run_id` and `.error`).
+      output       what the workflow returned, as JSON values (checked against its
+                   output schema when it has one).
+      workflow_id  the `id` of the workflow that ran.
+      outer_loop_id, result_kind, cycles
+                   set for an outer loop (`max_outer_cycles=` / `supervise=`): its id; how
+                   it ended, "done" (the supervisor returned `Done`) or "max_cycles"; one
+                   record per cycle (cycleNumber, runId, input, output). None otherwise.
+
+    `to_json_dict()` is the camelCase JSON form that `little run --json` prints.
+    """
+
     run_id: str
     status: str
     output: Any = None

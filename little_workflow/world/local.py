@@ -17,6 +17,16 @@ LAYOUT_DIRS = ("events", "artifacts/blobs", "runs", "locks", "outer-loops", "mem
 
 
 def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | None = None) -> World:
+    """The embedded default World: events in SQLite (WAL, `synchronous=FULL`) at
+    `<data_dir>/events/events.db`, artifacts, scratch and memory as files under
+    `data_dir` (created if missing, with its layout folders). Runs survive the process
+    and are locked across processes, so `little` and other programs can share the dir.
+
+    `max_concurrent_steps`: at most this many steps of all runs on this World execute at
+    once (None: no limit). Call `close()` when done, or use it as a context manager
+    (`with lw.local_world("data") as world: ...`); Worlds over one data dir in a process
+    share one SQLite connection, closed with the last of them. Raises `StorageError`
+    naming the path when the dir cannot be created or is not writable."""
     from fsspec.implementations.local import LocalFileSystem
 
     root = os.path.abspath(os.fspath(data_dir))

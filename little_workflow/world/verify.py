@@ -32,9 +32,14 @@ class VerifyReport:
 
 
 def verify_world(world: Any) -> VerifyReport:
-    """Every artifact re-hashed and owned by a run that has a log; every run's log
-    contiguous from 1 and self-consistent; every outer-loop manifest's finished cycles naming
-    runs that have a log. A wiped event store under surviving artifacts is therefore not ok."""
+    """Check a World's stored data, as `fsck` does a disk, and return a `VerifyReport`
+    (`.ok`, `.problems` keyed by run id or "artifacts", counts checked). Read-only.
+
+    Checks: every artifact re-hashed against its manifest and owned by a run that has a
+    log; every run's log contiguous from sequence 1 and self-consistent; every
+    outer-loop manifest's finished cycles naming runs that have a log. A wiped event store
+    under surviving artifacts is therefore not ok. `little verify` prints this report and
+    exits 1 when it is not ok."""
     report = VerifyReport()
     runs = [r for r in world.list_runs() if RUN_ID_RE.fullmatch(r)]
     logged = set(runs)

@@ -45,8 +45,17 @@ def virtual_world(
     *,
     storage_options: dict[str, Any] | None = None,
 ) -> World:
-    """A World on any fsspec filesystem object, or on an fsspec URL
-    (`memory://wf`, `file:///data/wf`, `s3://bucket/prefix`) whose path is the data dir."""
+    """A World on any fsspec filesystem: one JSON file per event, artifacts and
+    scratch as files, all under `data_dir`.
+
+    `fs` is a filesystem object (`data_dir` defaults to "/workflows") or an fsspec URL
+    whose path is the data dir: `memory://wf` (this process only), `file:///data/wf`,
+    `s3://bucket/prefix` (pass credentials and endpoint as `storage_options={...}`, given
+    to fsspec). PyFilesystem2 filesystems work through
+    `fs_adapters.pyfilesystem.PyFilesystemFS`. `max_concurrent_steps` caps the steps of all
+    runs executing at once on this World. What each backend guarantees (atomic
+    publication, durability, locks across processes) is tabled in the README. Call
+    `close()` when done, or use it as a context manager."""
     if fs is None:
         raise TypeError("virtual_world needs a filesystem object or an fsspec URL")
     if isinstance(fs, str):

@@ -1,0 +1,225 @@
+"""What the `little` CLI needs besides click: opening a World the way a command needs it
+(read-only commands never create one), loading a workflow from a module or a file, the
+rows of `little runs`, and one-line texts for errors a user can act on."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import importlib.util
+import os
+import re
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable
+
+from ..errors import LittleWorkflowError, RuntimeIntegrityError, StorageError, WorldPathError
+from ..runtime.runner import materialize_run_state
+from ..runtime.workflow import Workflow
+from ..world import local_world, virtual_world
+from ..world.ids import validate_run_id
+
+
+class CliError(LittleWorkflowError):
+    """A user mistake the CLI reports as one line."""
+
+
+#: Top-level packages of filesystem clients whose errors (no credentials, no such bucket,
+#: no connection) are about the user's storage, not a bug: reported as one line.
+STORAGE_CLIENTS = frozenset({"botocore", "aiobotocore", "boto3", "s3fs", "aiohttp", "gcsfs",
+                             "adlfs", "azure", "google"})
+
+
+def is_storage_client_error(e: BaseException) -> bool:
+    return type(e).__module__.split(".")[0] in STORAGE_CLIENTS
+
+
+def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
+               run_id: str | None = None, note: Callable[[str], Any] = print) -> Any:
+    """The World a command works on. A read-only command refuses a data dir or file URL
+    that does not exist (instead of creating it); a `memory://` URL gets a one-line note
+    that it dies with the process; a `file://` URL at a local_world data dir is refused
+    with the `--data-dir` that opens it."""
+    if run_id:
+        validate_run_id(run_id)  # a malformed id is the first thing to say
+    missing = f"no run {run_id}: " if run_id else ""
+    if world_url:
+        if "://" not in world_url:
+            raise CliError(f"--world takes an fsspec URL like memory://wf, not {world_url!r}")
+        scheme, _, rest = world_url.partition("://")
+        if scheme == "memory":
+            note(f"note: {world_url} is a memory world: it lives in this process only, "
+                 "so nothing in it outlives this command (use --data-dir or a file:// URL to keep runs)")
+        if scheme in ("file", "local"):
+            path = os.path.abspath(rest or ".")
+            if os.path.exists(os.path.join(path, "events", "events.db")):
+                raise CliError(f"{path} is a local_world data dir (it has events/events.db), "
+                               f"not a virtual world: open it with --data-dir {path}")
+            if read_only and not os.path.isdir(path):
+                raise CliError(f"{missing}no world at {path} (nothing has run there)")
+        try:
+            return virtual_world(world_url)
+        except (ValueError, ImportError, OSError) as e:
+            raise CliError(f"cannot open world {world_url}: {e}") from None
+        except Exception as e:
+            if is_storage_client_error(e):
+                raise CliError(f"{world_url}: {type(e).__name__}: {e}") from None
+            raise
+    root = os.path.abspath(data_dir or ".little-workflow")
+    if read_only and not os.path.exists(os.path.join(root, "events", "events.db")):
+        why = "" if not os.path.isdir(root) else " (the directory has no events/events.db)"
+        raise CliError(f"{missing}no data dir at {root}{why}; give the one you ran with, "
+                       "e.g. --data-dir DIR")
+    return local_world(root)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt at once, as in plain Python code. (`asyncio.run`
+    otherwise only cancels its task, which a workflow of synchronous steps never hands
+    the event loop a chance to deliver: the run would go on to its end.) A run stopped
+    this way is left unfinished, as after a crash, and resumes with the same run id."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# --- loading a workflow -------------------------------------------------------------------
+
+def _import_failure(what: str, e: BaseException) -> CliError:
+    where = ""
+    if isinstance(e, SyntaxError):
+        text = f"SyntaxError: {e.msg} ({os.path.basename(e.filename or '?')}, line {e.lineno})"
+    else:
+        frames = traceback.extract_tb(e.__traceback__)
+        user = [f for f in frames if "importlib" not in f.filename]
+        if user:
+            where = f" ({os.path.basename(user[-1].filename)}, line {user[-1].lineno})"
+        text = f"{type(e).__name__}: {e}{where}"
+    return CliError(f"cannot import {what}: {text}")
+
+
+def _import_file(path_text: str) -> Any:
+    path = os.path.abspath(path_text)
+    if not os.path.isfile(path):
+        raise CliError(f"no such file: {path_text}")
+    name = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) or "workflows"
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # its sibling modules import as they would in a script
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CliError(f"cannot import {path_text}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise _import_failure(path_text, e) from None
+    return module
+
+
+def load_workflow(target: str) -> Workflow:
+    """`MODULE:ATTR` (MODULE imported with the current directory on sys.path, as uvicorn
+    does) or `path/to/file.py:ATTR`."""
+    module_name, sep, attr = target.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"expected MODULE:WORKFLOW or FILE.py:WORKFLOW, got {target!r}")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        module = _import_file(module_name)
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            raise CliError(f"cannot import module {module_name!r}: {e}") from None
+        except Exception as e:
+            raise _import_failure(f"module {module_name!r}", e) from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CliError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, Workflow):
+        raise CliError(f"{target} is not a workflow (decorate it with @little_workflow.workflow)")
+    return obj
+
+
+# --- little runs --------------------------------------------------------------------------
+
+def _parse_time(text: str | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def run_rows(world: Any) -> list[dict[str, Any]]:
+    """One row per run, newest first; a run whose records are damaged is listed as
+    `corrupt` with the problem, after the others."""
+    rows, corrupt = [], []
+    for run_id in world.list_runs():
+        try:
+            state = materialize_run_state(world, run_id)
+        except (RuntimeIntegrityError, StorageError, WorldPathError) as e:
+            corrupt.append({"runId": run_id, "workflowId": None, "status": "corrupt",
+                            "startedAt": None, "durationSeconds": None, "steps": None,
+                            "events": None, "updatedAt": None, "problem": str(e)})
+            continue
+        started, updated = _parse_time(state.created_at), _parse_time(state.updated_at)
+        duration = (updated - started).total_seconds() if started and updated else None
+        rows.append({"runId": run_id, "workflowId": state.workflow_id, "status": state.status,
+                     "startedAt": state.created_at, "durationSeconds": duration,
+                     "steps": len(state.steps), "events": state.event_count,
+                     "updatedAt": state.updated_at})
+    rows.sort(key=lambda r: (r["startedAt"] or "", r["runId"]), reverse=True)
+    return rows + corrupt
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours < 48 else f"{hours // 24}d{hours % 24:02d}h"
+
+
+def format_started(iso: str | None) -> str:
+    t = _parse_time(iso)
+    return t.strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def plain_table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns as wide as their widest cell: nothing is cut or wrapped, so every run id
+    can be copied whole."""
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in [header, *rows]]
+    return "\n".join(lines)
+
+
+def error_text(error: Any) -> str:
+    """`Type: message` of an error record as events store it."""
+    if not isinstance(error, dict):
+        return str(error)
+    kind, message = error.get("type"), error.get("message")
+    return f"{kind}: {message}" if kind else str(message)
