@@ -142,7 +142,8 @@ def test_bare_little_prints_help_and_exits_0(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-def test_runs_newest_first_full_ids_status_workflow_started_duration(proj):
+def test_runs_newest_first_full_ids_status_workflow_started_duration(proj, monkeypatch):
+    monkeypatch.chdir(proj)  # the steps note their calls in the current directory
     world = lw.local_world(str(proj / "d"))
     sys.path.insert(0, str(proj))
     try:
