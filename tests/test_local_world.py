@@ -67,7 +67,8 @@ def test_killed_lock_holder_is_taken_over_at_once(tmp_path):
     with world.run_lock("run_locked"):
         owner = json.loads((tmp_path / "d" / "locks" / hashlib.sha256(b"run_locked").hexdigest()
                             / "owner.json").read_text())
-        assert owner["pid"] == os.getpid() and set(owner) == {"pid", "token", "createdAt"}
+        assert owner["pid"] == os.getpid()
+        assert set(owner) == {"pid", "host", "bootId", "startTime", "token", "createdAt"}
     assert time.time() - t0 < 5.0  # at once: not after the 30 s grace window
 
 
