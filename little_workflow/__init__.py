@@ -31,6 +31,7 @@ from .errors import (
     WorkflowMismatchError,
     WorldPathError,
 )
+from .ops.gc import GcReport, gc
 from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
@@ -65,6 +66,7 @@ __all__ = [
     "EventLogCorruptError",
     "EventPayloadError",
     "FatalError",
+    "GcReport",
     "IdempotencyConflictError",
     "InputMismatchError",
     "LittleWorkflowError",
@@ -105,6 +107,7 @@ __all__ = [
     "arun_workflow",
     "current_step",
     "file_mount",
+    "gc",
     "local_world",
     "materialize_run_state",
     "read_only",

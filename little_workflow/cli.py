@@ -302,6 +302,39 @@ def verify(as_json: bool, world: Any) -> None:
         sys.exit(1)
 
 
+class AgeType(click.ParamType):
+    name = "AGE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        from .ops.gc import parse_age
+
+        try:
+            return parse_age(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+@cli.command("gc")
+@click.option("--older-than", required=True, type=AgeType(),
+              help="delete runs whose last event is older than this, e.g. 30d, 12h, 2w")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(["completed", "failed", "cancelled"]),
+              help="only runs with this status (repeatable; default: all three)")
+@click.option("--dry-run", is_flag=True, help="delete nothing; show what would go")
+@world_options
+def gc_command(older_than: float, statuses: tuple[str, ...], dry_run: bool, world: Any) -> None:
+    """Delete old finished runs with their events, artifacts, scratch and kept plans."""
+    report = lw.gc(world, older_than=older_than, dry_run=dry_run,
+                   statuses=statuses or ("completed", "failed", "cancelled"))
+    verb = "would delete" if dry_run else "deleted"
+    for run_id in report.run_ids:
+        click.echo(f"{verb} {run_id}")
+    for run_id, why in sorted(report.skipped.items()):
+        click.echo(f"skipped {run_id}: {why}")
+    click.echo(f"{verb} {len(report.run_ids)} runs, "
+               f"{'would free' if dry_run else 'freed'} {report.bytes_freed} bytes")
+
+
 @cli.command()
 @click.option("--data-dir", "demo_dir", default=None, metavar="DIR")
 def demo(demo_dir: str | None) -> None:

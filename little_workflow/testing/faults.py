@@ -151,6 +151,10 @@ class FaultyFileSystem(AbstractFileSystem):
         self._op("rm", path)
         self.fs.rm_file(path)
 
+    def rmdir(self, path: str) -> None:
+        self._op("rmdir", path)
+        self.fs.rmdir(path)
+
     def _rm(self, path: str) -> None:
         self.rm_file(path)
 
@@ -210,6 +214,10 @@ class _FaultyPublisher(Publisher):
         self._op("info", path)
         return self.inner.info(path)
 
+    def remove_dir(self, path: str) -> None:
+        self._op("rmdir", path)
+        self.inner.remove_dir(path)
+
 
 class _FaultyEventStore:
     def __init__(self, inner: Any, plan: FaultPlan):
@@ -225,6 +233,11 @@ class _FaultyEventStore:
         if self._plan.tick(f"sqlite select {run_id}>{after}"):
             raise self._plan.crash(f"sqlite select {run_id}")
         return self._inner.read_after(run_id, after)
+
+    def delete_run(self, run_id: str) -> int:
+        if self._plan.tick(f"sqlite delete {run_id}", getattr(self._inner, "db_path", "")):
+            raise self._plan.crash(f"sqlite delete {run_id}")
+        return int(self._inner.delete_run(run_id))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

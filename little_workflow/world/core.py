@@ -21,6 +21,7 @@ from ..errors import (
     RunFinishedError,
     WorldPathError,
 )
+from . import run_deletion
 from .artifacts import ArtifactStore
 from .event_stores import EventStore
 from .ids import (
@@ -294,6 +295,7 @@ class World:
     def _loaded_ledger(self, run_id: str) -> RunLedger:
         ledger = self.state.ledger(run_id)
         if not ledger.loaded:
+            ledger = self._finish_marked_deletion(run_id, ledger)
             with ledger.lock:
                 if not ledger.loaded:
                     self._catch_up(run_id, ledger)
@@ -340,8 +342,10 @@ class World:
         validate_run_id(run_id)
         if not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, not {after!r}")
-        events = self._parse(run_id, self._read_after(run_id, after), after)
         ledger = self.state.ledger(run_id)
+        if not ledger.loaded:
+            ledger = self._finish_marked_deletion(run_id, ledger)
+        events = self._parse(run_id, self._read_after(run_id, after), after)
         if events:
             with ledger.lock:
                 for e in events:
@@ -359,6 +363,22 @@ class World:
 
     def list_runs(self) -> list[str]:
         return sorted(self.events.run_ids())
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete a run — events, artifacts, `runs/<runId>/` — under its lock; the bytes
+        freed. Crash-safe: a tombstone `gc/<runId>.json` goes first and is removed last,
+        and a marked run is finished off before anything reads or appends to it."""
+        validate_run_id(run_id)
+        with self.run_lock(run_id):
+            return run_deletion.delete_run(self, run_id)
+
+    def _finish_marked_deletion(self, run_id: str, ledger: RunLedger) -> RunLedger:
+        """Before a run's log is first loaded: a deletion left half done (a crash
+        mid-gc) is finished, so a reused run id never sees old records."""
+        if self.read_file(run_deletion.tombstone_path(run_id)) is None:
+            return ledger
+        run_deletion.finish_deletion(self, run_id)
+        return self.state.ledger(run_id)
 
     # ---- artifacts ------------------------------------------------------------------
 

@@ -46,6 +46,11 @@ class EventStore(ABC):
     @abstractmethod
     def run_ids(self) -> list[str]: ...
 
+    def delete_run(self, run_id: str) -> int:
+        """Remove every event of a run; the bytes freed. A partial delete (crash) must
+        leave a shorter contiguous log, never a hole below the highest sequence."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete runs")
+
     def sync(self) -> None:
         """Make every event appended so far durable, including `durable=False` ones."""
         return None
@@ -120,6 +125,18 @@ class FileEventStore(EventStore):
 
     def sync(self) -> None:
         self.publisher.sync()
+
+    def delete_run(self, run_id: str) -> int:
+        # Highest sequence first: a crash part-way leaves events 1..k, a shorter log
+        # that reads as contiguous, never a hole.
+        freed = 0
+        for sequence in reversed(self.listed_sequences(run_id)):
+            path = self.event_path(run_id, sequence)
+            found = self.publisher.info(path)
+            if self.publisher.remove(path) and found is not None:
+                freed += int(found.get("size") or 0)
+        self.publisher.remove_dir(self.run_dir(run_id))
+        return freed
 
     def listed_sequences(self, run_id: str) -> list[int]:
         """Every sequence present by listing (used by verification, not by appends)."""
@@ -345,6 +362,24 @@ class SqliteEventStore(EventStore):
             return [r[0] for r in rows]
 
         return self._retrying(select)
+
+    def delete_run(self, run_id: str) -> int:
+        def delete() -> int:
+            self._set_synchronous(True)
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                (freed,) = conn.execute(
+                    "SELECT COALESCE(SUM(LENGTH(CAST(envelope AS BLOB))), 0) FROM events"
+                    " WHERE run_id = ?", (run_id,)).fetchone()
+                conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return int(freed)
+
+        return self._retrying(delete)
 
     def listed_sequences(self, run_id: str) -> list[int]:
         def select() -> list[int]:

@@ -127,7 +127,13 @@ class LocalPublisher(Publisher):
             self.posix.makedirs(directory)
             self._known_dirs.add(directory)
         tmp = temp_name_for(path)
-        fd = self.posix.create_exclusive(tmp)
+        try:
+            fd = self.posix.create_exclusive(tmp)
+        except FileNotFoundError:
+            # The folder was removed since we made it (gc deleted a run, maybe in
+            # another process): make it again.
+            self.posix.makedirs(directory)
+            fd = self.posix.create_exclusive(tmp)
         try:
             try:
                 self.posix.write(fd, data)

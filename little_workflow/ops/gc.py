@@ -1,0 +1,152 @@
+"""Retention: delete finished runs older than a cutoff (DESIGN §12).
+
+A run is deleted with everything it owns — its events, the artifacts whose manifest
+names it (manifest and blob), and `runs/<runId>/` (scratch, step folders, kept plans).
+Each deletion writes a tombstone first and removes it last (`world.run_deletion`), under
+the run's lock: a crash leaves every run whole or marked, and the next gc — or the next
+read of that run id — finishes the marked ones.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from ..errors import LittleWorkflowError, RunLockedError
+from ..world import run_deletion
+from ..world.shared_state import TERMINAL_STATUS
+
+FINISHED_STATUSES = ("completed", "failed", "cancelled")
+_AGE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass
+class GcReport:
+    """What a gc pass deleted (or, with `dry_run`, would delete)."""
+
+    run_ids: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    dry_run: bool = False
+    #: Old finished runs left alone, and why (their lock is held, their log is unreadable).
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"runIds": self.run_ids, "bytesFreed": self.bytes_freed,
+                "dryRun": self.dry_run, "skipped": self.skipped}
+
+
+def parse_age(text: str) -> float:
+    """`30d`, `12h`, `90m`, `45s`, `2w` → seconds; ValueError for anything else."""
+    m = _AGE_RE.fullmatch(text or "")
+    if m is None:
+        raise ValueError(f"{text!r} is not an age: a number and a unit s, m, h, d or w, e.g. 30d")
+    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+def gc(
+    world: Any,
+    *,
+    older_than: timedelta | float,
+    statuses: Iterable[str] = FINISHED_STATUSES,
+    dry_run: bool = False,
+) -> GcReport:
+    """Delete runs whose status is in `statuses` and whose last event is older than
+    `older_than` (a timedelta or seconds, on `world.clock`), with their events,
+    artifacts, scratch and kept plans. Never a created, running or waiting run, nor one
+    whose lock is held. Deletions a crash left half done are finished first.
+    `dry_run=True` changes nothing and reports what would go and the bytes it holds."""
+    seconds = _seconds(older_than)
+    wanted = _statuses(statuses)
+    cutoff = _now(world) - seconds
+    report = GcReport(dry_run=dry_run)
+
+    marked = run_deletion.marked_runs(world)
+    for run_id in marked:
+        _delete(world, run_id, None, report)
+
+    candidates = []
+    for run_id in world.list_runs():
+        if run_id in marked:
+            continue
+        try:
+            events = world.list_events(run_id)
+            status = next((TERMINAL_STATUS[e.type] for e in events if e.type in TERMINAL_STATUS),
+                          None)
+            if status is None or status not in wanted:
+                continue  # created, running and waiting runs are never deleted
+            last = datetime.fromisoformat(events[-1].created_at).timestamp()
+        except (LittleWorkflowError, ValueError) as e:
+            report.skipped[run_id] = f"its log cannot be read: {e}"
+            continue
+        if last <= cutoff:
+            candidates.append(run_id)
+    if candidates:
+        owned = run_deletion.artifacts_by_run(world)
+        for run_id in candidates:
+            _delete(world, run_id, owned.get(run_id, []), report)
+    report.run_ids.sort()
+    return report
+
+
+def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:
+    """Delete one run (artifact_ids None: it is already marked) or, dry, size it."""
+    if report.dry_run:
+        report.run_ids.append(run_id)
+        report.bytes_freed += _size(world, run_id, artifact_ids)
+        return
+    try:
+        with world.run_lock(run_id):
+            if artifact_ids is not None:
+                run_deletion.mark_for_deletion(world, run_id, artifact_ids)
+            freed = run_deletion.finish_deletion(world, run_id)
+    except RunLockedError:
+        report.skipped[run_id] = "its lock is held (it is in use)"
+        return
+    report.run_ids.append(run_id)
+    report.bytes_freed += freed
+
+
+def _size(world: Any, run_id: str, artifact_ids: list[str] | None) -> int:
+    """The bytes deleting a run would free (as finish_deletion counts them)."""
+    if artifact_ids is None:
+        doc = world.read_document(run_deletion.tombstone_path(run_id)) or {}
+        artifact_ids = list(doc.get("artifactIds") or [])
+    total = sum(len(data) for _, data in world.events.read_after(run_id, 0))
+    total += run_deletion.tree_size(world, f"runs/{run_id}")
+    for aid in artifact_ids:
+        total += run_deletion.tree_size(world, f"artifacts/{aid}.json")
+        total += run_deletion.tree_size(world, f"artifacts/blobs/{aid}.bin")
+    return total
+
+
+def _seconds(older_than: Any) -> float:
+    if isinstance(older_than, timedelta):
+        value = older_than.total_seconds()
+    elif isinstance(older_than, (int, float)) and not isinstance(older_than, bool):
+        value = float(older_than)
+    else:
+        raise TypeError(f"older_than is a timedelta or a number of seconds, not {older_than!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"older_than must be a finite age of 0 or more, not {older_than!r}")
+    return value
+
+
+def _statuses(statuses: Iterable[str]) -> frozenset[str]:
+    if isinstance(statuses, str):
+        statuses = (statuses,)
+    wanted = frozenset(statuses)
+    unfinished = sorted(s for s in wanted if s not in FINISHED_STATUSES)
+    if unfinished or not wanted:
+        raise ValueError(f"gc deletes only finished runs: statuses are among "
+                         f"{', '.join(FINISHED_STATUSES)}, not {unfinished or 'none'}")
+    return wanted
+
+
+def _now(world: Any) -> float:
+    clock = getattr(world, "clock", None)
+    return float(clock.now()) if clock is not None else time.time()
