@@ -9,9 +9,20 @@ from datetime import timedelta
 
 import pytest
 from conftest import private_memory
-from gc_scenario import CALLS, DOOMED, KEPT, files_under, gone, orphan_blobs, populate_old, run, snapshot
+from gc_scenario import (
+    CALLS,
+    DOOMED,
+    KEPT,
+    files_under,
+    gone,
+    orphan_blobs,
+    populate_old,
+    run,
+    snapshot,
+)
 
 import little_workflow as lw
+
 
 def since(mark: float) -> float:
     """An age that puts the cutoff at `mark` (system time, which world.clock reads)."""
