@@ -295,11 +295,13 @@ class World:
     def _loaded_ledger(self, run_id: str) -> RunLedger:
         ledger = self.state.ledger(run_id)
         if not ledger.loaded:
-            ledger = self._finish_marked_deletion(run_id, ledger)
             with ledger.lock:
                 if not ledger.loaded:
                     self._catch_up(run_id, ledger)
                     ledger.loaded = True
+            if self._finish_marked_deletion(run_id):
+                ledger = self.state.ledger(run_id)
+                ledger.loaded = True  # nothing of the old run is left to read
         return ledger
 
     def _catch_up(self, run_id: str, ledger: RunLedger) -> list[Event]:
@@ -343,9 +345,10 @@ class World:
         if not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, not {after!r}")
         ledger = self.state.ledger(run_id)
-        if not ledger.loaded:
-            ledger = self._finish_marked_deletion(run_id, ledger)
+        first_load = not ledger.loaded
         events = self._parse(run_id, self._read_after(run_id, after), after)
+        if first_load and self._finish_marked_deletion(run_id):
+            return []
         if events:
             with ledger.lock:
                 for e in events:
@@ -372,13 +375,13 @@ class World:
         with self.run_lock(run_id):
             return run_deletion.delete_run(self, run_id)
 
-    def _finish_marked_deletion(self, run_id: str, ledger: RunLedger) -> RunLedger:
-        """Before a run's log is first loaded: a deletion left half done (a crash
-        mid-gc) is finished, so a reused run id never sees old records."""
+    def _finish_marked_deletion(self, run_id: str) -> bool:
+        """When a run's log is first loaded: a deletion left half done (a crash mid-gc)
+        is finished, so a reused run id never sees old records. True if there was one."""
         if self.read_file(run_deletion.tombstone_path(run_id)) is None:
-            return ledger
+            return False
         run_deletion.finish_deletion(self, run_id)
-        return self.state.ledger(run_id)
+        return True
 
     # ---- artifacts ------------------------------------------------------------------
 
