@@ -118,7 +118,22 @@ class RunContext:
             return await asyncio.to_thread(
                 self.append_sync, type_, payload, idempotency_key=idempotency_key, durable=durable
             )
-        return self.append_sync(type_, payload, idempotency_key=idempotency_key, durable=durable)
+        if _group.get() is None:
+            return self.append_sync(type_, payload, idempotency_key=idempotency_key,
+                                    durable=durable)
+        # In a parallel group: hand the event to the store, let the sibling tasks hand
+        # theirs too, then wait — appends that arrive together share one commit.
+        pending = self.world.submit_event(
+            self.run_id, type_, payload, idempotency_key=idempotency_key, durable=durable
+        )
+        try:
+            if not pending.done:
+                await asyncio.sleep(0)
+        finally:
+            event = pending.result()
+            with self._log_lock:
+                self.log.apply(event)
+        return event
 
     # ---- paths ----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from fsspec.spec import AbstractFileSystem
 
+from ..world.event_stores import SqliteEventStore
 from ..world.publish import Publisher, publisher_for, temp_name_for
 
 
@@ -40,11 +41,13 @@ class FaultPlan:
     With `error` set (an errno such as `errno.ENOSPC` or `errno.EROFS`) there is no crash:
     from operation `crash_at` on, every *write* fails with `OSError(error)` naming its
     file, as a full disk or a read-only filesystem would. Reads still work; a World
-    opened without the plan afterwards sees the disk with space again."""
+    opened without the plan afterwards sees the disk with space again. With `times` set
+    too, only that many writes fail (a transient failure); later ones work again."""
 
     crash_at: int | None = None
     partial: bool = False
     error: int | None = None
+    times: int | None = None
     count: int = 0
     crashed: bool = False
     failed: int = 0
@@ -64,6 +67,8 @@ class FaultPlan:
                 self.crashed = True
                 return True
             if operation.startswith(_READ_OPERATIONS):
+                return False
+            if self.times is not None and self.failed >= self.times:
                 return False
             self.failed += 1
             name = path or operation.partition(" ")[2]
@@ -219,28 +224,28 @@ class _FaultyPublisher(Publisher):
         self.inner.remove_dir(path)
 
 
-class _FaultyEventStore:
-    def __init__(self, inner: Any, plan: FaultPlan):
-        self._inner, self._plan = inner, plan
+class _FaultySqliteEventStore(SqliteEventStore):
+    """local_world's event store with every row insert and read counted by the plan. A
+    fault inside a commit fails the whole transaction (every append batched into it)."""
 
-    def publish_if_absent(self, run_id: str, sequence: int, data: bytes, **kw: Any) -> bool:
-        path = getattr(self._inner, "db_path", "")
-        if self._plan.tick(f"sqlite insert {run_id}#{sequence}", path):
-            raise self._plan.crash(f"sqlite insert {run_id}#{sequence}")
-        return bool(self._inner.publish_if_absent(run_id, sequence, data, **kw))
+    def __init__(self, db_path: str, plan: FaultPlan):
+        self._plan = plan
+        super().__init__(db_path)
+
+    def insert_row(self, row: tuple) -> bool:
+        if self._plan.tick(f"sqlite insert {row[0]}#{row[1]}", self.db_path):
+            raise self._plan.crash(f"sqlite insert {row[0]}#{row[1]}")
+        return super().insert_row(row)
 
     def read_after(self, run_id: str, after: int) -> Any:
         if self._plan.tick(f"sqlite select {run_id}>{after}"):
             raise self._plan.crash(f"sqlite select {run_id}")
-        return self._inner.read_after(run_id, after)
+        return super().read_after(run_id, after)
 
     def delete_run(self, run_id: str) -> int:
-        if self._plan.tick(f"sqlite delete {run_id}", getattr(self._inner, "db_path", "")):
+        if self._plan.tick(f"sqlite delete {run_id}", self.db_path):
             raise self._plan.crash(f"sqlite delete {run_id}")
-        return int(self._inner.delete_run(run_id))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        return int(super().delete_run(run_id))
 
 
 def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
@@ -252,7 +257,6 @@ def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
     from fsspec.implementations.local import LocalFileSystem
 
     from ..world.core import World
-    from ..world.event_stores import SqliteEventStore
     from ..world.local import LAYOUT_DIRS
     from ..world.locks import DirectoryLocks
     from ..world.publish import LocalPublisher
@@ -261,7 +265,7 @@ def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
     root = os.path.abspath(data_dir)
     for sub in LAYOUT_DIRS:
         os.makedirs(os.path.join(root, sub), exist_ok=True)
-    store = SqliteEventStore(os.path.join(root, "events", "events.db"))
+    store = _FaultySqliteEventStore(os.path.join(root, "events", "events.db"), plan)
     # A separate in-process state: the crashed "process" must not share caches or locks
     # with the World that resumes afterwards.
     state = StorageState(key=("faulty", root, uuid.uuid4().hex))
@@ -271,7 +275,7 @@ def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
         kind="local(faulty)",
         files=fs,
         data_dir=root,
-        events=_FaultyEventStore(store, plan),  # type: ignore[arg-type]
+        events=store,
         publisher=_FaultyPublisher(LocalPublisher(fs), plan),
         state=state,
         cross_process_locks=DirectoryLocks(os.path.join(root, "locks")),

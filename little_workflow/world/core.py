@@ -23,7 +23,7 @@ from ..errors import (
 )
 from . import run_deletion
 from .artifacts import ArtifactStore
-from .event_stores import EventStore
+from .event_stores import EventStore, PendingAppend
 from .ids import (
     ARTIFACT_REF_PREFIX,
     canonical_json,
@@ -92,6 +92,31 @@ def _envelope_bytes(event: Event, payload_json: str, type_json: str) -> bytes:
         f'"type":{type_json},"payload":{payload_json},"createdAt":"{event.created_at}",'
         f'"appendIdempotencyKey":{key},"requestDigest":"{event.request_digest}"}}'
     ).encode("utf-8")
+
+
+class PendingEvent:
+    """An append with its sequence, handed to the event store; `result()` waits for its
+    commit (see `World.submit_event`)."""
+
+    __slots__ = ("world", "ledger", "run_id", "type", "frozen", "refs", "payload_json",
+                 "type_json", "digest", "idempotency_key", "durable", "event", "ticket")
+
+    def __init__(self, world: "World", ledger: RunLedger, run_id: str, type_: str, frozen: Any,
+                 refs: set[str], payload_json: str, type_json: str, digest: str,
+                 idempotency_key: str | None, durable: bool):
+        self.world, self.ledger, self.run_id, self.type = world, ledger, run_id, type_
+        self.frozen, self.refs, self.payload_json, self.type_json = frozen, refs, payload_json, type_json
+        self.digest, self.idempotency_key, self.durable = digest, idempotency_key, durable
+        self.event: Event | None = None
+        self.ticket: PendingAppend | None = None
+
+    @property
+    def done(self) -> bool:
+        """True when `result()` will not wait for storage."""
+        return self.ticket is None or self.ticket.done
+
+    def result(self) -> Event:
+        return self.world._settle(self)
 
 
 class World:
@@ -169,6 +194,23 @@ class World:
         """Append one event. `durable=False` lets a store skip its fsync for this one
         event (the next durable append makes it durable too); it still survives the
         process being killed."""
+        return self.submit_event(run_id, type, payload, idempotency_key=idempotency_key,
+                                 durable=durable).result()
+
+    def submit_event(
+        self,
+        run_id: str,
+        type: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        durable: bool = True,
+    ) -> "PendingEvent":
+        """`append_event` in two halves: this one allocates the sequence and hands the
+        event to the store in order; `.result()` waits for the commit and returns the
+        Event. Appends of one run submitted before any of them waits share one commit
+        on stores that batch (local_world). A keyed append is committed before this
+        returns."""
         validate_run_id(run_id)
         if not isinstance(type, str) or not type:
             raise EventPayloadError(run_id, str(type), "the event type must be a non-empty string")
@@ -193,50 +235,83 @@ class World:
         digest = "sha256:" + hashlib.sha256(
             f'{{"payload":{payload_json},"type":{type_json}}}'.encode("utf-8")).hexdigest()
         ledger = self._loaded_ledger(run_id)
-        fence = self.state.fences.get(run_id)
+        pending = PendingEvent(self, ledger, run_id, type, frozen, refs, payload_json,
+                               type_json, digest, idempotency_key, durable)
         with ledger.lock:
-            # 1. receipt lookup
+            self._allocate(pending)
             if idempotency_key is not None:
-                found = self._receipt(run_id, ledger, idempotency_key, digest)
-                if found is not None:
-                    return found
-            # 2. artifact-reference validation
-            for ref in refs:
-                self.artifacts.require(ref)
-            # 3. sequence allocation — never after the run's end, never by a holder that
-            # may have lost its lease
-            self._check_open(run_id, ledger, type)
-            if fence is not None:
-                fence()
-            while True:
-                sequence = ledger.last_sequence + 1
-                event = Event(event_id(run_id, sequence), run_id, sequence, type, frozen,
-                              utc_now_iso(), idempotency_key, digest)
-                data = _envelope_bytes(event, payload_json, type_json)
-                try:
-                    published = self.events.publish_if_absent(
-                        run_id, sequence, data, durable=durable, idempotency_key=idempotency_key
-                    )
-                except OSError as e:  # disk full, read-only: nothing was published
+                # A receipt is only ever seen once its event is committed.
+                pending.result()
+        return pending
+
+    def _allocate(self, p: "PendingEvent") -> None:
+        """Under the run's lock: receipt lookup → artifact-reference validation →
+        sequence allocation → hand the event to the store, in sequence order."""
+        ledger, run_id = p.ledger, p.run_id
+        # 1. receipt lookup
+        if p.idempotency_key is not None:
+            found = self._receipt(run_id, ledger, p.idempotency_key, p.digest)
+            if found is not None:
+                p.event, p.ticket = found, None
+                return
+        # 2. artifact-reference validation
+        for ref in p.refs:
+            self.artifacts.require(ref)
+        # 3. sequence allocation — never after the run's end, never by a holder that
+        # may have lost its lease
+        self._check_open(run_id, ledger, p.type)
+        fence = self.state.fences.get(run_id)
+        if fence is not None:
+            fence()
+        sequence = ledger.last_sequence + 1
+        event = Event(event_id(run_id, sequence), run_id, sequence, p.type, p.frozen,
+                      utc_now_iso(), p.idempotency_key, p.digest)
+        data = _envelope_bytes(event, p.payload_json, p.type_json)
+        try:
+            ticket = self.events.enqueue(run_id, sequence, data, durable=p.durable,
+                                         idempotency_key=p.idempotency_key, epoch=ledger.epoch)
+        except OSError as e:  # disk full, read-only: nothing was published
+            raise storage_error(e, self.events.description) from None
+        # Noted before the commit, so the next append of this run can be allocated
+        # (and share the commit); rolled back if this one does not commit.
+        ledger.note(sequence, p.idempotency_key, p.digest, p.type)
+        p.event, p.ticket = event, ticket
+
+    def _settle(self, p: "PendingEvent") -> Event:
+        """Wait for `p`'s commit; on a lost commit roll the ledger back to what is
+        committed; on a sequence another writer took, learn what it wrote and allocate
+        again."""
+        ledger, run_id = p.ledger, p.run_id
+        while True:
+            ticket = p.ticket
+            if ticket is None:
+                return p.event
+            try:
+                published = ticket.wait()
+            except BaseException as e:
+                with ledger.lock:
+                    ledger.rollback(ticket.epoch, ticket.first_lost)
+                if isinstance(e, OSError):
                     raise storage_error(e, self.events.description) from None
-                if published:
-                    ledger.note(sequence, idempotency_key, digest, type)
-                    return event
-                # Another writer (another process or host) took this sequence: learn what
-                # it wrote, then look for our receipt again before taking the next one.
-                before = ledger.last_sequence
-                self._catch_up(run_id, ledger)
-                if idempotency_key is not None:
-                    found = self._receipt(run_id, ledger, idempotency_key, digest)
-                    if found is not None:
-                        return found
-                self._check_open(run_id, ledger, type)
-                if ledger.last_sequence == before:
-                    raise EventLogCorruptError(
-                        run_id,
-                        self.events.description,
-                        f"sequence {sequence} could not be published and no event is there",
-                    )
+                raise
+            if published:
+                p.ticket = None
+                return p.event
+            # Another writer (another process or host) took this sequence: learn what it
+            # wrote, then look for our receipt again before taking the next one.
+            with ledger.lock:
+                if ticket.epoch == ledger.epoch:
+                    ledger.rollback(ticket.epoch, ticket.first_lost)
+                    before = ledger.last_sequence
+                    self._catch_up(run_id, ledger)
+                    if ledger.last_sequence == before:
+                        raise EventLogCorruptError(
+                            run_id,
+                            self.events.description,
+                            f"sequence {ticket.first_lost} could not be published and no "
+                            "event is there",
+                        )
+                self._allocate(p)
 
     def sync(self) -> None:
         """Make every event appended so far durable — `durable=False` appends included."""

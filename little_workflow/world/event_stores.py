@@ -13,7 +13,6 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
 from ..errors import StorageError
@@ -25,9 +24,54 @@ EVENT_FILE_RE = re.compile(r"(\d{10})\.json")
 T = TypeVar("T")
 
 
+class PendingAppend:
+    """One event handed to a store (`EventStore.enqueue`), in sequence order per run.
+
+    `wait()` returns True once it is committed, False when its sequence (or idempotency
+    key) was already taken; it raises when its commit failed. When it did not commit,
+    `first_lost` is the run's first sequence that did not commit with it: that one and
+    every later append of the same `epoch` failed too (the log never has a hole)."""
+
+    __slots__ = ("run_id", "sequence", "data", "durable", "idempotency_key", "epoch",
+                 "done", "published", "error", "first_lost", "_store")
+
+    def __init__(self, run_id: str, sequence: int, data: bytes, durable: bool,
+                 idempotency_key: str | None, epoch: int, store: "EventStore | None" = None):
+        self.run_id, self.sequence, self.data = run_id, sequence, data
+        self.durable, self.idempotency_key, self.epoch = durable, idempotency_key, epoch
+        self.done = False
+        self.published = False
+        self.error: BaseException | None = None
+        self.first_lost = sequence
+        self._store = store
+
+    def wait(self) -> bool:
+        if not self.done and self._store is not None:
+            self._store.wait_for(self)
+        if self.error is not None:
+            raise self.error
+        return self.published
+
+
 class EventStore(ABC):
     blocking: bool = True
     description: str = ""
+
+    def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
+                idempotency_key: str | None, epoch: int = 0) -> PendingAppend:
+        """Hand event `sequence` to the store. The World calls this in sequence order per
+        run (under the run's lock) and waits outside the lock. This default publishes
+        at once, so publication stays in order (file stores: readers probe sequences
+        upward, and N+1 must never be visible before N)."""
+        p = PendingAppend(run_id, sequence, data, durable, idempotency_key, epoch)
+        p.published = self.publish_if_absent(
+            run_id, sequence, data, durable=durable, idempotency_key=idempotency_key)
+        p.done = True
+        return p
+
+    def wait_for(self, pending: PendingAppend) -> None:
+        """Block until `pending` is settled (stores that commit later)."""
+        return None
 
     @abstractmethod
     def publish_if_absent(
@@ -147,15 +191,6 @@ class FileEventStore(EventStore):
         )
 
 
-@dataclass
-class _PendingInsert:
-    row: tuple
-    durable: bool
-    done: threading.Event = field(default_factory=threading.Event)
-    published: bool = False
-    error: BaseException | None = None
-
-
 class SqliteEventStore(EventStore):
     """SQLite in WAL mode, `PRIMARY KEY (run_id, sequence)`, durable commits
     (`synchronous=FULL`; `NORMAL` only for a batch of `durable=False` appends, never
@@ -171,9 +206,13 @@ class SqliteEventStore(EventStore):
         self._closed = False
         self._wal_prefilled = False
         self._synchronous = ""
-        self._queue: list[_PendingInsert] = []
-        self._queue_lock = threading.Lock()
+        # Group commit: appends queued while a commit runs share the next one.
+        self._queue: list[PendingAppend] = []
+        self._queue_cond = threading.Condition(threading.Lock())
         self._leader_active = False
+        # run id -> (epoch, first lost sequence, error or None for "taken"): later appends
+        # of that epoch fail the same way, so a failed commit never leaves a hole.
+        self._lost: dict[str, tuple[int, int, BaseException | None]] = {}
         try:
             self._conn = sqlite3.connect(
                 db_path, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -277,63 +316,115 @@ class SqliteEventStore(EventStore):
     def publish_if_absent(
         self, run_id: str, sequence: int, data: bytes, *, durable: bool, idempotency_key: str | None
     ) -> bool:
-        # Group commit: appends that arrive while another thread is committing wait for
-        # the next commit and share it — one fsync for a batch of parallel steps. A batch
-        # is synced (FULL) when any append in it asked for durability.
-        pending = _PendingInsert((run_id, sequence, idempotency_key, data.decode("utf-8")),
-                                 durable)
-        with self._queue_lock:
-            self._queue.append(pending)
-            lead = not self._leader_active
-            self._leader_active = True
-        if lead:
-            self._lead_commits()
-        else:
-            pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
-        return pending.published
+        return self.enqueue(run_id, sequence, data, durable=durable,
+                            idempotency_key=idempotency_key).wait()
 
-    def _lead_commits(self) -> None:
-        while True:
-            with self._queue_lock:
+    def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
+                idempotency_key: str | None, epoch: int = 0) -> PendingAppend:
+        p = PendingAppend(run_id, sequence, data, durable, idempotency_key, epoch, self)
+        with self._queue_cond:
+            lost = self._lost.get(run_id)
+            if lost is not None:
+                if lost[0] == epoch:  # allocated before the World rolled back: fails too
+                    self._settle_lost(p, lost)
+                    return p
+                del self._lost[run_id]
+            self._queue.append(p)
+        return p
+
+    @staticmethod
+    def _settle_lost(p: PendingAppend, lost: tuple[int, int, BaseException | None]) -> None:
+        p.first_lost, p.error, p.published, p.done = lost[1], lost[2], False, True
+
+    def wait_for(self, pending: PendingAppend) -> None:
+        """Wait for `pending`'s commit. The first waiter with no commit running commits
+        everything queued in one transaction (one fsync for a batch, synced when any
+        append in it asked for durability); the others wait and share it."""
+        cond = self._queue_cond
+        with cond:
+            while not pending.done:
+                if self._leader_active:
+                    cond.wait()
+                    continue
                 batch, self._queue = self._queue, []
-                if not batch:
+                self._leader_active = True
+                cond.release()
+                try:
+                    results, error = self._commit(batch)
+                finally:
+                    cond.acquire()
                     self._leader_active = False
-                    return
-            try:
-                durable = any(p.durable for p in batch)
-                rows = [p.row for p in batch]
-                results = self._retrying(
-                    functools.partial(self._insert_batch, rows, durable=durable))
-                for p, ok in zip(batch, results, strict=True):
-                    p.published = ok
-            except BaseException as e:
-                for p in batch:
-                    p.error = e
-            for p in batch:
-                p.done.set()
+                    self._settle(batch, results, error)
+                    cond.notify_all()
 
-    def _insert_batch(self, rows: list[tuple], *, durable: bool) -> list[bool]:
-        """Insert rows in one transaction; False for a row whose sequence (or idempotency
-        key) is already taken. Runs under self._lock (see _retrying)."""
+    def _commit(self, batch: list[PendingAppend]) -> tuple[list[bool | None], BaseException | None]:
+        rows = [(p.run_id, p.sequence, p.idempotency_key, p.data.decode("utf-8")) for p in batch]
+        try:
+            durable = any(p.durable for p in batch)
+            return self._retrying(functools.partial(self.commit_rows, rows, durable=durable)), None
+        except BaseException as e:
+            return [], e
+
+    def _settle(self, batch: list[PendingAppend], results: list[bool | None],
+                error: BaseException | None) -> None:
+        """Record a batch's outcome (under the queue lock). A run with an append that did
+        not commit loses it and every later append of the same epoch, queued or not."""
+        lost_from: dict[str, PendingAppend] = {}
+        for i, p in enumerate(batch):
+            ok = error is None and results[i] is True
+            if ok:
+                p.published = True
+            else:
+                p.error = error
+                first = lost_from.setdefault(p.run_id, p)
+                p.first_lost = first.sequence
+            p.done = True
+        if not lost_from:
+            return
+        for run_id, first in lost_from.items():
+            self._lost[run_id] = (first.epoch, first.sequence, error)
+        kept = []
+        for p in self._queue:
+            lost = self._lost.get(p.run_id) if p.run_id in lost_from else None
+            if lost is not None and lost[0] == p.epoch:
+                self._settle_lost(p, lost)
+            else:
+                kept.append(p)
+        self._queue = kept
+
+    def commit_rows(self, rows: list[tuple], *, durable: bool) -> list[bool | None]:
+        """Insert rows `(run_id, sequence, idempotency_key, envelope)` in one transaction:
+        True for a row inserted, False for one whose sequence (or idempotency key) is
+        taken, None for a later row of that run, skipped. Runs under the connection lock
+        (see _retrying)."""
         self._set_synchronous(durable)
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             if not self._wal_prefilled:
                 self._prefill_wal()
-            results = [
-                conn.execute(
-                    "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
-                    " VALUES (?, ?, ?, ?)", row).rowcount == 1
-                for row in rows
-            ]
+            results: list[bool | None] = []
+            taken: set[str] = set()
+            for row in rows:
+                if row[0] in taken:
+                    results.append(None)
+                    continue
+                ok = self.insert_row(row)
+                if not ok:
+                    taken.add(row[0])
+                results.append(ok)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         return results
+
+    def insert_row(self, row: tuple) -> bool:
+        """One INSERT inside commit_rows' transaction; False when the row is taken."""
+        return self._conn.execute(
+            "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
+            " VALUES (?, ?, ?, ?)", row).rowcount == 1
 
     def read_after(self, run_id: str, after: int) -> list[tuple[int, bytes]]:
         def select() -> list[tuple[int, bytes]]:

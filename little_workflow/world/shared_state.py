@@ -37,6 +37,9 @@ class RunLedger:
     last_sequence: int = 0
     receipts: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (seq, digest)
     finished: str | None = None  # the terminal status, once the run has ended
+    finished_at: int = 0  # the terminal event's sequence
+    #: Bumped by every rollback: appends allocated before it carry the old epoch.
+    epoch: int = 0
 
     def note(self, sequence: int, key: str | None, digest: str, type_: str) -> None:
         if sequence > self.last_sequence:
@@ -45,6 +48,18 @@ class RunLedger:
             self.receipts.setdefault(key, (sequence, digest))
         if type_ in TERMINAL_STATUS:
             self.finished = TERMINAL_STATUS[type_]
+            self.finished_at = sequence
+
+    def rollback(self, epoch: int, first_lost: int) -> None:
+        """Forget appends from `first_lost` on (allocated but never committed), once per
+        epoch: every later append of that epoch failed with it."""
+        if epoch != self.epoch:
+            return
+        self.epoch += 1
+        self.last_sequence = min(self.last_sequence, first_lost - 1)
+        self.receipts = {k: v for k, v in self.receipts.items() if v[0] < first_lost}
+        if self.finished is not None and self.finished_at >= first_lost:
+            self.finished, self.finished_at = None, 0
 
 
 @dataclass(eq=False)
