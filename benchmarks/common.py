@@ -57,20 +57,55 @@ def per_step_us(stamps: list[float], first: int, last: int) -> float:
     return (stamps[last] - stamps[first - 1]) / (last - first + 1) * 1e6
 
 
-def bare_sqlite_commit_us(n: int = 500) -> float:
-    """One INSERT committed in SQLite WAL mode with synchronous=FULL, as our events table."""
+def run_us(world: Any, n: int) -> float:
+    """µs per step of one workflow of n serial no-op steps, timed from the
+    `run_workflow` call to its return (run creation, locking and the end included)."""
+
+    @lw.workflow(id="bench-steps")
+    async def steps(ctx: lw.RunContext, input: Any) -> int:
+        for i in range(n):
+            await ctx.step(f"s{i}", noop, i)
+        return n
+
+    t = time.perf_counter()
+    lw.run_workflow(steps, {"n": n}, world=world)
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def bare_sqlite_commit_us(n: int = 1000) -> float:
+    """The honest floor of a durable step on local_world: one bare INSERT + COMMIT per
+    step in SQLite WAL mode with synchronous=FULL (one fdatasync of the WAL per commit),
+    on a fresh events.db whose WAL is prepared the way local_world prepares it
+    (SqliteEventStore._prefill_wal: zeros up to one autocheckpoint's worth of frames,
+    written and fsynced inside the first write transaction), timed from the first
+    commit (the one that prefills) to the last, like a local_world run."""
     import sqlite3
 
     d = tempfile.mkdtemp(prefix="lwb-sqlite-")
-    conn = sqlite3.connect(os.path.join(d, "bare.db"), isolation_level=None)
+    db = os.path.join(d, "events.db")
+    conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("CREATE TABLE events (run_id TEXT, sequence INTEGER, idempotency_key TEXT,"
-                 " envelope TEXT, PRIMARY KEY (run_id, sequence)) WITHOUT ROWID")
-    row = "x" * 300
+    conn.execute("CREATE TABLE events (run_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
+                 " idempotency_key TEXT, envelope TEXT NOT NULL,"
+                 " PRIMARY KEY (run_id, sequence)) WITHOUT ROWID")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    frames = max(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0], 0)
+    target = 32 + (frames + 16) * (24 + page_size)
+    row = "x" * 300  # about a step.succeeded envelope
     t = time.perf_counter()
     for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        if i == 0:
+            fd = os.open(db + "-wal", os.O_WRONLY)
+            size = os.fstat(fd).st_size
+            chunk = bytes(1 << 20)
+            while size < target:
+                size += os.pwrite(fd, chunk[: min(len(chunk), target - size)], size)
+            os.fsync(fd)
+            os.close(fd)
         conn.execute("INSERT INTO events VALUES (?, ?, NULL, ?)", ("run_bare", i, row))
+        conn.execute("COMMIT")
     dt = time.perf_counter() - t
     conn.close()
     return dt / n * 1e6

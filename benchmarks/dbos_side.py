@@ -1,6 +1,6 @@
 """DBOS 3.x side of the benchmarks, run in its own process (DBOS is a singleton).
 
-    python benchmarks/dbos_side.py steps   MODE N OUT.json     per-step timestamps
+    python benchmarks/dbos_side.py steps   MODE N OUT.json     run time, per-step timestamps
     python benchmarks/dbos_side.py prepare MODE N DIR          N steps, then SIGKILL itself
     python benchmarks/dbos_side.py recover MODE DIR OUT.json   launch, recover, time it
 
@@ -66,10 +66,12 @@ def main() -> None:
         n, out = int(sys.argv[3]), sys.argv[4]
         DBOS, steps, stamps = setup(mode, tempfile.mkdtemp(prefix="lwb-dbos-"))
         DBOS.launch()
-        steps(n)
+        t0 = time.perf_counter()
+        steps(n)  # run start -> run end, as little-workflow's run_workflow call
+        run_seconds = time.perf_counter() - t0
         DBOS.destroy()
         with open(out, "w") as f:
-            json.dump(stamps, f)
+            json.dump({"stamps": stamps, "run_seconds": run_seconds}, f)
     elif action == "prepare":
         n, directory = int(sys.argv[3]), sys.argv[4]
         os.environ["LW_BENCH_KILL_AT"] = str(n)  # step n+1 (index n) kills the process

@@ -27,6 +27,7 @@ def per_node_us(saver_kind: str, k: int) -> float:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         path = os.path.join(tempfile.mkdtemp(prefix="lwb-lg-"), "lg.sqlite")
+        # sqlite3 defaults: rollback journal, synchronous=FULL; one commit per checkpoint.
         saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
     else:
         from langgraph.checkpoint.memory import InMemorySaver
