@@ -116,6 +116,10 @@ class PendingEvent:
         return self.ticket is None or self.ticket.done
 
     def result(self) -> Event:
+        ticket = self.ticket
+        if ticket is None or ticket.published:  # committed: nothing to wait for
+            self.ticket = None
+            return self.event  # type: ignore[return-value]
         return self.world._settle(self)
 
 

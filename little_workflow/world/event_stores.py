@@ -53,6 +53,11 @@ class PendingAppend:
         return self.published
 
 
+#: The outcome of every append a store published at once (nothing to wait for or undo).
+PUBLISHED = PendingAppend("", 0, b"", True, None, 0)
+PUBLISHED.done = PUBLISHED.published = True
+
+
 class EventStore(ABC):
     blocking: bool = True
     description: str = ""
@@ -63,9 +68,10 @@ class EventStore(ABC):
         run (under the run's lock) and waits outside the lock. This default publishes
         at once, so publication stays in order (file stores: readers probe sequences
         upward, and N+1 must never be visible before N)."""
+        if self.publish_if_absent(run_id, sequence, data, durable=durable,
+                                  idempotency_key=idempotency_key):
+            return PUBLISHED
         p = PendingAppend(run_id, sequence, data, durable, idempotency_key, epoch)
-        p.published = self.publish_if_absent(
-            run_id, sequence, data, durable=durable, idempotency_key=idempotency_key)
         p.done = True
         return p
 
