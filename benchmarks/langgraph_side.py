@@ -40,3 +40,22 @@ def per_node_us(saver_kind: str, k: int) -> float:
     dt = time.perf_counter() - t
     assert out["n"] == k
     return dt / k * 1e6
+
+
+def loop_per_step_us(k: int) -> float:
+    """The same k steps as one node looping k times (InMemorySaver, one checkpoint per
+    super-step): LangGraph's cheaper shape for a long run, as a second reference."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+
+    graph = StateGraph(State)
+    graph.add_node("step", lambda s: {"n": s["n"] + 1})
+    graph.add_edge(START, "step")
+    graph.add_conditional_edges("step", lambda s: "step" if s["n"] < k else END)
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "bench-loop"}, "recursion_limit": k + 10}
+    t = time.perf_counter()
+    out = app.invoke({"n": 0}, config)
+    dt = time.perf_counter() - t
+    assert out["n"] == k
+    return dt / k * 1e6

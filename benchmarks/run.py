@@ -33,7 +33,7 @@ from benchmarks.common import (  # noqa: E402
     run_us,
     step_timestamps,
 )
-from benchmarks.langgraph_side import per_node_us  # noqa: E402
+from benchmarks.langgraph_side import loop_per_step_us, per_node_us  # noqa: E402
 
 REPS = int(os.environ.get("LW_BENCH_REPS", "3"))
 P1_STEPS = 1000
@@ -186,13 +186,16 @@ def main() -> None:
         "WAL prefilled as local_world's", f"{lw1:.0f} µs vs {fl:.0f} µs", lw1 / fl, "≤ 2×")
 
     print("P2 per step in memory, run start -> run end, same N on both sides")
-    lw_mem, lg_mem = [], []
+    lw_mem, lg_mem, lg_loop = [], [], []
     for _ in range(REPS):
         lw_mem.append(lw_step_us("memory", P2_STEPS))
         lg_mem.append(per_node_us("memory", P2_STEPS))
-    m, g = median(lw_mem), median(lg_mem)
+        lg_loop.append(loop_per_step_us(P2_STEPS))
+    m, g, gl = median(lw_mem), median(lg_mem), median(lg_loop)
     row(f"P2 memory virtual_world / LangGraph InMemorySaver ({P2_STEPS:,} steps / nodes)",
         f"{m:.0f} µs vs {g:.0f} µs", m / g, "≤ 0.1×")
+    row(f"P2 memory virtual_world / LangGraph InMemorySaver, one node looping "
+        f"{P2_STEPS:,} times", f"{m:.0f} µs vs {gl:.0f} µs", m / gl, "—")
 
     print(f"P3 history independence: steps 9,901–10,000 / steps 1–100 ({LONG_RUN:,}-step runs)")
     curves: dict[str, list[float]] = {}
