@@ -236,3 +236,30 @@ def test_owner_json_identifies_the_process(tmp_path):
     me = this_process()
     assert {k: owner[k] for k in ("pid", "host", "bootId", "startTime")} == me
     assert owner["token"] and owner["createdAt"]
+
+
+def test_reading_a_log_while_it_grows_is_never_taken_for_a_hole(make_world):
+    """A whole-log read that races appends sees a prefix of the log, never a gap."""
+    world = make_world()
+    reader = make_world.reopen()  # another World (another host, where the backend has one)
+    stop = threading.Event()
+    problems: list[BaseException] = []
+
+    def read_forever() -> None:
+        while not stop.is_set():
+            try:
+                events = reader.list_events("run_growing")
+                assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                problems.append(e)
+                return
+
+    t = threading.Thread(target=read_forever)
+    t.start()
+    try:
+        for i in range(60):
+            world.append_event("run_growing", "tick", {"i": i})
+    finally:
+        stop.set()
+        t.join()
+    assert problems == []

@@ -155,16 +155,21 @@ class FileEventStore(EventStore):
         # upward until the first missing name reads exactly the committed events.
         out = []
         seq = after + 1
-        while (data := self.read_one(run_id, seq)) is not None:
-            out.append((seq, data))
-            seq += 1
-        if after == 0:
+        while True:
+            while (data := self.read_one(run_id, seq)) is not None:
+                out.append((seq, data))
+                seq += 1
+            if after != 0:
+                return out
             # A whole-log read also looks past the first missing name: an event beyond
             # it means a lost event file (a hole), which the World reports as corruption.
-            beyond = [s for s in self.listed_sequences(run_id) if s > seq]
+            listed = self.listed_sequences(run_id)
+            if seq in listed:
+                continue  # appended while we probed: not a hole, read on
+            beyond = [s for s in listed if s > seq]
             if beyond and (data := self.read_one(run_id, beyond[0])) is not None:
                 out.append((beyond[0], data))
-        return out
+            return out
 
     def run_ids(self) -> list[str]:
         return [
