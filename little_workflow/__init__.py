@@ -35,6 +35,8 @@ from .ops.gc import GcReport, gc
 from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
+from .runtime.control import cancel_run, start_workflow
+from .runtime.signals import send_event
 from .runtime.outer_loop import Continue, Done
 from .runtime.runner import areplay_run, materialize_run_state, replay_run
 from .runtime.state import RunResult, RunState, StepState
@@ -51,6 +53,7 @@ from .world import (
 )
 from .world.memory_store import MemoryReadOnlyError, MemoryStore
 from .world.verify import VerifyReport, verify_world
+from . import testing  # noqa: E402  (lw.testing.FakeClock)
 
 __version__ = "0.1.0"
 
@@ -104,6 +107,10 @@ __all__ = [
     "WorldPathError",
     "areplay_run",
     "arun_pipeline",
+    "cancel_run",
+    "send_event",
+    "start_workflow",
+    "testing",
     "arun_workflow",
     "current_step",
     "file_mount",
