@@ -36,6 +36,7 @@ from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflo
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
 from .runtime.control import cancel_run, start_workflow
+from .runtime.fork import fork_run
 from .runtime.signals import send_event
 from .runtime.outer_loop import Continue, Done
 from .runtime.runner import areplay_run, materialize_run_state, replay_run
@@ -108,6 +109,7 @@ __all__ = [
     "areplay_run",
     "arun_pipeline",
     "cancel_run",
+    "fork_run",
     "send_event",
     "start_workflow",
     "testing",

@@ -342,3 +342,81 @@ def test_cancel_a_blocked_sleeper_and_its_sub_run(make_world):
         fut.result(timeout=10)
     assert status(world, "run_parent") == "cancelled"
     assert status(world, sub_run_id()) == "cancelled"
+
+
+# ---- fork ---------------------------------------------------------------------------------
+
+def test_fork_from_the_first_failed_step_with_fixed_code(make_world):
+    world = make_world(clock=FakeClock(start=T0))
+    calls = Calls()
+
+    def broken():
+        calls.names.append("broken")
+        raise ValueError("bug")
+
+    @lw.workflow(id="fixme", version="1")
+    async def v1(ctx, input):
+        a = await ctx.step("a", calls.fn("a", "A"))
+        b = await ctx.step("b", broken)
+        return [a, b]
+
+    with pytest.raises(lw.WorkflowFailedError):
+        lw.run_workflow(v1, {"n": 1}, world=world, run_id="run_src")
+    before = [e.to_json_dict() for e in world.list_events("run_src")]
+    fork_id = lw.fork_run(world, "run_src", new_run_id="run_fixed")
+    assert fork_id == "run_fixed"
+    assert status(world, fork_id) == "created"
+    state = lw.materialize_run_state(world, fork_id)
+    assert state.forked_from == {"runId": "run_src", "stepPath": "b"}
+    assert world.list_events(fork_id)[0].payload["forkedFrom"] == {"runId": "run_src",
+                                                                    "stepPath": "b"}
+
+    @lw.workflow(id="fixme", version="2")
+    async def v2(ctx, input):
+        a = await ctx.step("a", calls.fn("a", "A"))
+        b = await ctx.step("b", calls.fn("b", "B"))
+        return [a, b]
+
+    r = lw.run_workflow(v2, {"n": 1}, world=world, run_id=fork_id)
+    assert r.output == ["A", "B"]
+    assert calls.names == ["a", "broken", "b"]
+    assert [e.to_json_dict() for e in world.list_events("run_src")] == before
+    assert lw.replay_run(world, fork_id, v2).output == ["A", "B"]
+    with pytest.raises(lw.StepError):
+        lw.fork_run(world, fork_id)  # no failed step in it
+
+
+def test_fork_from_a_named_step_copies_sleeps_waits_values_and_artifacts(make_world):
+    clock = FakeClock(start=T0)
+    world = make_world(clock=clock)
+    calls = Calls()
+    big = "x" * 70_000  # above the inline limit: an artifact
+
+    @lw.workflow(id="long")
+    async def long(ctx, input):
+        text = await ctx.step("fetch", calls.fn("fetch", big))
+        await ctx.sleep("nap", 60)
+        decision = await ctx.wait_for_event("decision", "go")
+        stamp = str(ctx.uuid())
+        summary = await ctx.step("summarize", calls.fn("summarize", "S"))
+        return {"n": len(text), "decision": decision, "stamp": stamp, "summary": summary}
+
+    lw.send_event(world, lw.start_workflow(long, {}, world=world, run_id="run_long"), "go", 7)
+    r = lw.run_workflow(long, {}, world=world, run_id="run_long", suspend=True)
+    clock.advance(60)
+    r = lw.run_workflow(long, {}, world=world, run_id="run_long")
+    assert r.output["decision"] == 7
+    fork_id = lw.fork_run(world, "run_long", from_step="summarize")
+    assert fork_id != "run_long"
+    fr = lw.run_workflow(long, {}, world=world, run_id=fork_id)
+    assert fr.output == {**r.output, "summary": "S"}
+    assert calls.names == ["fetch", "summarize", "summarize"]
+    fork_refs = [e.payload["outputRef"] for e in world.list_events(fork_id)
+                 if e.type == "step.succeeded" and "outputRef" in e.payload]
+    assert fork_refs and all(world.read_artifact_manifest(ref).run_id == fork_id
+                             for ref in fork_refs)
+    assert lw.replay_run(world, fork_id, long).output == fr.output
+    with pytest.raises(lw.StepError):
+        lw.fork_run(world, "run_long", from_step="no-such-step")
+    with pytest.raises(lw.RunNotFoundError):
+        lw.fork_run(world, "run_missing")
