@@ -42,6 +42,7 @@ from .runtime.outer_loop import Continue, Done
 from .runtime.runner import areplay_run, materialize_run_state, replay_run
 from .runtime.state import RunResult, RunState, StepState
 from .runtime.steps import Retry, StepInfo, current_step
+from .runtime.worker import Worker
 from .runtime.workflow import Workflow, workflow
 from .world import (
     ArtifactManifest,
@@ -101,6 +102,7 @@ __all__ = [
     "UnknownWorkflowError",
     "UnsupportedSourceError",
     "VerifyReport",
+    "Worker",
     "Workflow",
     "WorkflowFailedError",
     "WorkflowMismatchError",

@@ -420,3 +420,83 @@ def test_fork_from_a_named_step_copies_sleeps_waits_values_and_artifacts(make_wo
         lw.fork_run(world, "run_long", from_step="no-such-step")
     with pytest.raises(lw.RunNotFoundError):
         lw.fork_run(world, "run_missing")
+
+
+# ---- workers ------------------------------------------------------------------------------
+
+def test_worker_starts_continues_and_leaves_unknown_workflows_alone(make_world):
+    clock = FakeClock(start=T0)
+    world = make_world(clock=clock)
+    calls = Calls()
+    sleeper = make_sleeper(calls)
+    approver = make_approver(calls)
+
+    @lw.workflow(id="stranger")
+    async def stranger(ctx, input):
+        return 1
+
+    a = lw.start_workflow(sleeper, {"seconds": 60}, world=world)
+    b = lw.start_workflow(approver, {}, world=world)
+    c = lw.start_workflow(stranger, {}, world=world)
+    worker = lw.Worker(world, workflows=[sleeper, approver], concurrency=4)
+    worker.run_until_idle()
+    assert status(world, a) == "waiting" and status(world, b) == "waiting"
+    assert status(world, c) == "created"
+    clock.advance(59)
+    worker.run_until_idle()
+    assert status(world, a) == "waiting"
+    clock.advance(1)
+    lw.send_event(world, b, "approval", 1)
+    lw.send_event(world, b, "approval", 2)
+    worker.run_until_idle()
+    assert status(world, a) == "completed" and status(world, b) == "completed"
+    assert lw.materialize_run_state(world, b).output["second"] == 2
+    assert status(world, c) == "created"
+    assert sorted(calls.names) == ["after", "before", "draft"]
+    worker.close()
+
+
+def test_worker_run_wakes_on_send_and_stops(make_world):
+    world = make_world(clock=FakeClock(start=T0))
+    calls = Calls()
+    approver = make_approver(calls)
+    worker = lw.Worker(world, workflows=[approver])
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        run_id = lw.start_workflow(approver, {}, world=world)
+        wait_until(lambda: status(world, run_id) == "waiting")
+        lw.send_event(world, run_id, "approval", "x")
+        lw.send_event(world, run_id, "approval", "y")
+        wait_until(lambda: status(world, run_id) == "completed")
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_two_workers_race_over_twenty_runs_each_step_once(make_world):
+    world = make_world(clock=FakeClock(start=T0))
+    calls = Calls()
+
+    @lw.workflow(id="three")
+    async def three(ctx, input):
+        out = []
+        for i in range(3):
+            out.append(await ctx.step(f"s{i}", calls.fn(f"{input['n']}/{i}")))
+        return out
+
+    ids = [lw.start_workflow(three, {"n": n}, world=world) for n in range(20)]
+    # Two workers on one World (separate filesystem objects of a virtual_world do not
+    # share locks, DESIGN §6); local_world: a second World object over the same dir.
+    second = make_world(clock=world.clock) if make_world.kind == "local_world" else world
+    workers = [lw.Worker(w, workflows=[three], concurrency=4) for w in (world, second)]
+    threads = [threading.Thread(target=w.run_until_idle) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(status(world, r) == "completed" for r in ids)
+    assert sorted(calls.names) == sorted(f"{n}/{i}" for n in range(20) for i in range(3))
+    for w in workers:
+        w.close()
