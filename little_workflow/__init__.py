@@ -1,5 +1,7 @@
 """little-workflow: durable workflows on any filesystem fsspec can reach."""
 
+from . import testing  # lw.testing.FakeClock
+
 from .errors import (
     ArtifactHashMismatchError,
     ArtifactManifestCorruptError,
@@ -37,9 +39,9 @@ from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
 from .runtime.control import cancel_run, start_workflow
 from .runtime.fork import fork_run
-from .runtime.signals import send_event
 from .runtime.outer_loop import Continue, Done
 from .runtime.runner import areplay_run, materialize_run_state, replay_run
+from .runtime.signals import send_event
 from .runtime.state import RunResult, RunState, StepState
 from .runtime.steps import Retry, StepInfo, current_step
 from .runtime.worker import Worker
@@ -55,7 +57,6 @@ from .world import (
 )
 from .world.memory_store import MemoryReadOnlyError, MemoryStore
 from .world.verify import VerifyReport, verify_world
-from . import testing  # noqa: E402  (lw.testing.FakeClock)
 
 __version__ = "0.1.0"
 

@@ -203,8 +203,8 @@ def test_blocked_waiter_is_woken_by_send_event(make_world):
     fut = in_thread(lw.run_workflow, wf, {}, world=world, run_id="run_wake")
     wait_until(lambda: status(world, "run_wake") == "waiting")
     lw.send_event(world, "run_wake", "approval", "a")
-    wait_until(lambda: lw.materialize_run_state(world, "run_wake").waiting is not None and
-               lw.materialize_run_state(world, "run_wake").waiting["stepPath"] == "second")
+    wait_until(lambda: (lw.materialize_run_state(world, "run_wake").waiting or {}).get("stepPath")
+               == "second")
     t = time.monotonic()
     lw.send_event(world, "run_wake", "approval", "b")
     r = fut.result(timeout=10)
