@@ -1,7 +1,6 @@
 """little-workflow: durable workflows on any filesystem fsspec can reach."""
 
 from . import testing  # lw.testing.FakeClock
-
 from .errors import (
     ArtifactHashMismatchError,
     ArtifactManifestCorruptError,

@@ -56,7 +56,7 @@ class RunContext:
     """Handed to the workflow function: `await ctx.step(...)`, `await ctx.parallel(...)`."""
 
     suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
-    _watch: Any = None  # waiting.RunWatch while this process executes the run
+    watch: Any = None  # waiting.RunWatch while this process executes the run
 
     def __init__(
         self,
@@ -194,8 +194,8 @@ class RunContext:
             return self._replayed(path, rec)
         if rec is not None and rec.status != "running":
             return self._served(rec)
-        if self._watch is not None:
-            self._watch.at_boundary()  # a cancelled run stops before its next step
+        if self.watch is not None:
+            self.watch.at_boundary()  # a cancelled run stops before its next step
         return await self._execute(path, fn, args, retry or NO_RETRY, timeout, rec,
                                    durable=not group_child)
 
@@ -377,6 +377,16 @@ class RunContext:
         return results
 
     # ---- durable time and messages (timers.py, signals.py) ---------------------------
+
+    def claim_path(self, path: str) -> None:
+        """Check a step path and take it for this run (unique per run)."""
+        self._claim(path)
+
+    def apply_events(self, events: Any) -> None:
+        """Fold events other writers appended (signals, cancel requests) into the log."""
+        with self._log_lock:
+            for e in events:
+                self.log.apply(e)
 
     async def sleep(self, path: str, seconds: float) -> None:
         """A durable timer: the wake time is committed first; a resumed run sleeps only

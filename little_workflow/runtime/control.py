@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import (
     InputMismatchError,
-    RunCancelledError,
     RunFinishedError,
     RunLockedError,
     RunNotFoundError,
@@ -16,47 +15,16 @@ from ..errors import (
 )
 from ..world.ids import content_hash, new_run_id, validate_run_id
 from .state import TERMINAL_STATUSES, RunLog
-from .waiting import notify_run
+from .waiting import notify_run, requested_reason
 from .workflow import Workflow
-
-if TYPE_CHECKING:
-    from .context import RunContext
-
-
-def _reason(log: RunLog) -> str | None:
-    reason = (log.cancel_requested or {}).get("reason")
-    return reason if isinstance(reason, str) else None
-
-
-async def cancelled_on_entry(ctx: "RunContext") -> None:
-    """A cancelled run never runs again; a requested cancellation ends it here."""
-    log = ctx.log
-    if log.status == "cancelled":
-        raise RunCancelledError(ctx.run_id, _reason(log))
-    if log.cancel_requested is not None:
-        await ctx.append("run.cancelled", {"reason": _reason(log)})
-        raise RunCancelledError(ctx.run_id, _reason(log))
-
-
-async def finish_if_cancelled(ctx: "RunContext") -> None:
-    """The run stopped (CancelledError or an error): if `cancel_run` asked for it, end
-    the run with `run.cancelled` and raise `RunCancelledError` to the caller."""
-    watch = ctx._watch
-    if watch is not None:
-        watch.refresh()
-    if ctx.log.cancel_requested is None:
-        return
-    if watch is not None and watch.cancel_issued and watch.task is not None:
-        watch.task.uncancel()  # this cancellation was ours and is handled here
-        watch.cancel_issued = False
-    await ctx.append("run.cancelled", {"reason": _reason(ctx.log)})
-    raise RunCancelledError(ctx.run_id, _reason(ctx.log))
 
 
 def _world(world: Any) -> Any:
-    from .api import resolve_world
+    from ..world import default_world, virtual_world
 
-    return resolve_world(world)
+    if world is None:
+        return default_world()
+    return virtual_world(world) if isinstance(world, str) else world
 
 
 async def astart_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
@@ -121,7 +89,7 @@ def cancel_run(world: Any, run_id: str, reason: str | None = None) -> None:
             # Nobody runs it: end it here (a waiting or unstarted run).
             log = RunLog.fold(run_id, world.list_events(run_id))
             if log.status not in TERMINAL_STATUSES:
-                world.append_event(run_id, "run.cancelled", {"reason": _reason(log)})
+                world.append_event(run_id, "run.cancelled", {"reason": requested_reason(log)})
     except RunLockedError:
         pass  # its runner sees the request and ends the run
     notify_run(world, run_id)

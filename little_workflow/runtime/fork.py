@@ -37,19 +37,36 @@ def _cut_sequence(log: RunLog, source: str, from_step: str | None) -> tuple[int,
     raise StepError(source, from_step, "the run has no step with this path")
 
 
-def _republish(world: Any, value: Any, fork_id: str, copied: dict[str, str]) -> Any:
+class _Republisher:
+    """Copies the source's artifacts under the fork, each once."""
+
+    def __init__(self, world: Any, source: str, fork_id: str):
+        self.world, self.source, self.fork_id = world, source, fork_id
+        self.copied: dict[str, str] = {}
+        self._manifests: dict[str, Any] | None = None
+
+    def manifest(self, ref: str) -> Any:
+        if self._manifests is None:
+            self._manifests = {m.artifact_ref: m for m in self.world.list_artifacts(self.source)}
+        m = self._manifests.get(ref)
+        if m is None:  # an artifact of another run (e.g. a sub-run's): look everywhere
+            m = next((m for m in self.world.list_artifacts() if m.artifact_ref == ref), None)
+        return m
+
+
+def _republish(world: Any, value: Any, fork_id: str, copied: Any) -> Any:
     """`value` with every artifact ref replaced by a copy owned by the fork."""
     if isinstance(value, str):
         if not value.startswith(ARTIFACT_REF_PREFIX):
             return value
-        if value not in copied:
-            manifest = world.read_artifact_manifest(value)
-            data = world.read_artifact(value)
+        if value not in copied.copied:
+            manifest = copied.manifest(value)
+            data = world.read_artifact(value)  # raises ArtifactNotFoundError when gone
             new = world.write_artifact(fork_id, manifest.step_path, manifest.name, data,
                                        content_type=manifest.content_type,
                                        encoding=manifest.encoding)
-            copied[value] = new.artifact_ref
-        return copied[value]
+            copied.copied[value] = new.artifact_ref
+        return copied.copied[value]
     if isinstance(value, dict):
         return {_republish(world, k, fork_id, copied): _republish(world, v, fork_id, copied)
                 for k, v in value.items()}
@@ -76,7 +93,7 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
             raise WorldPathError(f"run id {fork_id} is already used; pick another new_run_id")
         created = {k: thaw(v) for k, v in log.created.items() if k != "forkedFrom"}
         created["forkedFrom"] = {"runId": run_id, "stepPath": step_path}
-        copied_refs: dict[str, str] = {}
+        copied_refs = _Republisher(world, run_id, fork_id)
         created = _republish(world, created, fork_id, copied_refs)
         world.append_event(fork_id, "run.created", created, durable=False)
         renumbered: dict[int, int] = {}

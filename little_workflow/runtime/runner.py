@@ -108,8 +108,7 @@ async def arun_single(
 async def _run_locked(
     world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False
 ) -> RunResult:
-    from .control import cancelled_on_entry, finish_if_cancelled
-    from .waiting import RunSuspended, RunWatch
+    from .waiting import RunSuspended, RunWatch, cancelled_on_entry, finish_if_cancelled
 
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -130,7 +129,7 @@ async def _run_locked(
         await create_run(ctx, wf, input, input_hash)
     await cancelled_on_entry(ctx)
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
-    ctx._watch = RunWatch(ctx).start()
+    ctx.watch = RunWatch(ctx).start()
     try:
         output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
     except RunSuspended as s:
@@ -145,7 +144,7 @@ async def _run_locked(
         await ctx.append("run.failed", {"error": error_record(e)})
         raise WorkflowFailedError(run_id, e, error_record(e)) from e
     finally:
-        ctx._watch.stop()
+        ctx.watch.stop()
     try:
         wf.validate_output(output)
     except SchemaValidationError as e:

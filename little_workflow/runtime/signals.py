@@ -10,7 +10,7 @@ therefore reaches the same answer from the same log.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, StepError
 from ..world.clock import from_iso, to_iso
@@ -18,9 +18,6 @@ from ..world.ids import validate_run_id
 from ..world.models import Event, thaw
 from .state import TERMINAL_STATUSES, RunLog
 from .waiting import RunSuspended, notify_run
-
-if TYPE_CHECKING:
-    from .context import RunContext
 
 
 def pick_signal(log: RunLog, name: str, before: int | None = None) -> tuple[int, Any] | None:
@@ -47,8 +44,8 @@ def waiting_for(path: str, rec: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "event", "stepPath": path, "name": rec["name"], "deadline": rec["deadline"]}
 
 
-async def wait_for_event(ctx: "RunContext", path: str, name: str, timeout: float | None) -> Any:
-    ctx._claim(path)
+async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) -> Any:
+    ctx.claim_path(path)
     if not isinstance(name, str) or not name:
         raise StepError(ctx.run_id, path, f"an event name is a non-empty string, not {name!r}")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
@@ -64,7 +61,7 @@ async def wait_for_event(ctx: "RunContext", path: str, name: str, timeout: float
     if rec is not None and rec.get("completed"):
         return signal_payload(log, rec.get("signalSequence"))
     clock = ctx.world.clock
-    watch = getattr(ctx, "_watch", None)
+    watch = ctx.watch
     if rec is None:
         if watch is not None:
             watch.at_boundary()
@@ -97,7 +94,7 @@ async def wait_for_event(ctx: "RunContext", path: str, name: str, timeout: float
         await watch.wait_changed(deadline_epoch, clock)
 
 
-async def _complete(ctx: "RunContext", path: str, name: str, hit: tuple[int, Any] | None) -> Any:
+async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None) -> Any:
     sequence = hit[0] if hit is not None else None
     await ctx.append("wait.completed", {"stepPath": path, "name": name, "signalSequence": sequence})
     return thaw(hit[1]) if hit is not None else None

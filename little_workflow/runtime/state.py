@@ -93,8 +93,6 @@ class RunLog:
             if self.cancel_requested is None:
                 self.cancel_requested = p
         elif t in TIME_AND_MESSAGE_EVENTS:
-            from .timers import fold_time_event
-
             fold_time_event(self, e, p)
         elif t.startswith("step."):
             path = p.get("stepPath")
@@ -137,6 +135,47 @@ class RunLog:
             name = p.get("name")
             if isinstance(name, str):
                 self.plans_reused[name] = p
+
+
+def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
+    t = e.type
+    if t == "signal.received":
+        log.signals.append((e.sequence, p.get("name"), p.get("payload")))
+        return
+    if t == "value.recorded":
+        key = p.get("key")
+        if isinstance(key, str):
+            log.values.setdefault(key, p.get("value"))
+        return
+    path = p.get("stepPath")
+    if not isinstance(path, str):
+        return
+    if t == "timer.scheduled":
+        log.timers[path] = {"wakeAt": p.get("wakeAt"), "fired": False, "sequence": e.sequence}
+        log.open_waits[path] = {"kind": "sleep", "stepPath": path, "wakeAt": p.get("wakeAt")}
+    elif t == "timer.fired":
+        log.timers.setdefault(path, {"wakeAt": None, "sequence": e.sequence})["fired"] = True
+        log.open_waits.pop(path, None)
+    elif t == "wait.started":
+        log.waits[path] = {"name": p.get("name"), "deadline": p.get("deadline"),
+                           "sequence": e.sequence, "timedOutAt": None, "completed": False,
+                           "signalSequence": None}
+        log.open_waits[path] = {"kind": "event", "stepPath": path, "name": p.get("name"),
+                                "deadline": p.get("deadline")}
+    elif t == "wait.timed_out":
+        rec = log.waits.get(path)
+        if rec is not None and rec["timedOutAt"] is None:
+            rec["timedOutAt"] = e.sequence
+    elif t == "wait.completed":
+        rec = log.waits.setdefault(path, {"name": p.get("name"), "deadline": None,
+                                          "sequence": e.sequence, "timedOutAt": None})
+        rec["completed"] = True
+        rec["signalSequence"] = p.get("signalSequence")
+        if isinstance(p.get("signalSequence"), int):
+            log.taken.add(p["signalSequence"])
+        log.open_waits.pop(path, None)
+    if log.status in ("running", "waiting"):
+        log.status = "waiting" if log.open_waits else "running"
 
 
 TIME_AND_MESSAGE_EVENTS = frozenset({

@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..errors import RunCancelledError
 from ..world.models import Event
-
-if TYPE_CHECKING:
-    from .context import RunContext
 
 #: How often a blocked run (or a step boundary) looks for other processes' writes.
 POLL_SECONDS = 1.0
@@ -75,7 +73,7 @@ def notify_run(world: Any, run_id: str) -> None:
 class RunWatch:
     """Keeps a running run's log up to date with what other writers append."""
 
-    def __init__(self, ctx: "RunContext"):
+    def __init__(self, ctx: Any):
         self.ctx = ctx
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
@@ -140,9 +138,7 @@ class RunWatch:
             if events:
                 self.cursor = max(self.cursor, events[-1].sequence)
             if foreign:
-                with self.ctx._log_lock:
-                    for e in foreign:
-                        self.ctx.log.apply(e)
+                self.ctx.apply_events(foreign)
         if foreign:
             self.changed.set()
         return foreign
@@ -169,3 +165,35 @@ class RunWatch:
                 w.cancel()
         if not done:
             self._on_loop_refresh()
+
+
+# ---- cancellation seen by the run's own runner ------------------------------------------
+
+def requested_reason(log: Any) -> str | None:
+    reason = (log.cancel_requested or {}).get("reason")
+    return reason if isinstance(reason, str) else None
+
+
+async def cancelled_on_entry(ctx: Any) -> None:
+    """A cancelled run never runs again; a requested cancellation ends it here."""
+    log = ctx.log
+    if log.status == "cancelled":
+        raise RunCancelledError(ctx.run_id, requested_reason(log))
+    if log.cancel_requested is not None:
+        await ctx.append("run.cancelled", {"reason": requested_reason(log)})
+        raise RunCancelledError(ctx.run_id, requested_reason(log))
+
+
+async def finish_if_cancelled(ctx: Any) -> None:
+    """The run stopped (CancelledError or an error): if `cancel_run` asked for it, end
+    the run with `run.cancelled` and raise `RunCancelledError` to the caller."""
+    watch = ctx.watch
+    if watch is not None:
+        watch.refresh()
+    if ctx.log.cancel_requested is None:
+        return
+    if watch is not None and watch.cancel_issued and watch.task is not None:
+        watch.task.uncancel()  # this cancellation was ours and is handled here
+        watch.cancel_issued = False
+    await ctx.append("run.cancelled", {"reason": requested_reason(ctx.log)})
+    raise RunCancelledError(ctx.run_id, requested_reason(ctx.log))

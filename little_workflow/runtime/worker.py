@@ -117,7 +117,7 @@ class Worker:
         return thaw(created.get("input"))
 
     def _execute(self, run_id: str, wf: Workflow, input: Any, last_sequence: int) -> None:
-        from .runner import run_workflow
+        from .api import run_workflow
 
         try:
             run_workflow(wf, input, world=self.world, run_id=run_id, suspend=True)
