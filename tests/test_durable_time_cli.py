@@ -41,18 +41,18 @@ def wait_for(cond, timeout=30.0):
 
 def test_worker_send_runs_cancel_fork(tmp_path):
     cwd = str(tmp_path)
-    with open(os.path.join(cwd, "flows.py"), "w") as f:
+    with open(os.path.join(cwd, "approval_flows.py"), "w") as f:
         f.write(FLOWS)
     sys.path.insert(0, cwd)
     try:
-        import flows
+        import approval_flows as flows
     finally:
         sys.path.remove(cwd)
     world = lw.local_world(os.path.join(cwd, ".little-workflow"))
     a = lw.start_workflow(flows.approve, {"topic": "a"}, world=world, run_id="run_a")
     b = lw.start_workflow(flows.approve, {"topic": "b"}, world=world, run_id="run_b")
     env = {**os.environ, "PYTHONPATH": ROOT}
-    worker = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "worker", "flows"],
+    worker = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "worker", "approval_flows"],
                               cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
