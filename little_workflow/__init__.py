@@ -1,5 +1,6 @@
 """little-workflow: durable workflows on any filesystem fsspec can reach."""
 
+from . import testing  # lw.testing.FakeClock
 from .errors import (
     ArtifactHashMismatchError,
     ArtifactManifestCorruptError,
@@ -35,10 +36,14 @@ from .ops.gc import GcReport, gc
 from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
 from .runtime.bash_steps import Mount, file_mount, read_only
 from .runtime.context import RunContext
+from .runtime.control import cancel_run, start_workflow
+from .runtime.fork import fork_run
 from .runtime.outer_loop import Continue, Done
 from .runtime.runner import areplay_run, materialize_run_state, replay_run
+from .runtime.signals import send_event
 from .runtime.state import RunResult, RunState, StepState
 from .runtime.steps import Retry, StepInfo, current_step
+from .runtime.worker import Worker
 from .runtime.workflow import Workflow, workflow
 from .world import (
     ArtifactManifest,
@@ -97,6 +102,7 @@ __all__ = [
     "UnknownWorkflowError",
     "UnsupportedSourceError",
     "VerifyReport",
+    "Worker",
     "Workflow",
     "WorkflowFailedError",
     "WorkflowMismatchError",
@@ -104,6 +110,11 @@ __all__ = [
     "WorldPathError",
     "areplay_run",
     "arun_pipeline",
+    "cancel_run",
+    "fork_run",
+    "send_event",
+    "start_workflow",
+    "testing",
     "arun_workflow",
     "current_step",
     "file_mount",

@@ -153,9 +153,10 @@ def runs(as_json: bool, world: Any) -> None:
         _dump(rows)
         return
     click.echo(plain_table(
-        ["run id", "status", "workflow", "started (UTC)", "duration", "steps"],
+        ["run id", "status", "workflow", "started (UTC)", "duration", "steps", "waits for"],
         [[r["runId"], r["status"], r["workflowId"] or "-", format_started(r["startedAt"]),
-          format_duration(r["durationSeconds"]), "-" if r["steps"] is None else str(r["steps"])]
+          format_duration(r["durationSeconds"]), "-" if r["steps"] is None else str(r["steps"]),
+          _waits_for(r.get("waiting"))]
          for r in rows]))
     for r in rows:
         if "problem" in r:
@@ -173,6 +174,89 @@ def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
                 status.update(f"running {wf.id}: {len(seen)} steps done, last {seen[-1]}")
 
         return lw.run_workflow(wf, value, world=lw.tracing_world(world, progress), run_id=run_id)
+
+
+def _waits_for(waiting: dict[str, Any] | None) -> str:
+    if not waiting:
+        return ""
+    if waiting.get("kind") == "sleep":
+        return f"{waiting['stepPath']}: until {waiting.get('wakeAt')}"
+    deadline = f" (until {waiting['deadline']})" if waiting.get("deadline") else ""
+    return f"{waiting['stepPath']}: event {waiting.get('name')!r}{deadline}"
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("name")
+@click.option("--payload", "payload_json", default="null", help="the event's payload, as JSON")
+@click.option("--idempotency-key", default=None, help="the same key again is a no-op")
+@world_options
+def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None, world: Any) -> None:
+    """Send the event NAME to run RUN_ID (ctx.wait_for_event takes it)."""
+    try:
+        payload = json.loads(payload_json)
+    except ValueError as e:
+        raise UserError(f"--payload is not valid JSON: {e}") from None
+    event = lw.send_event(world, run_id, name, payload, idempotency_key=idempotency_key)
+    click.echo(f"sent {name} to {run_id} (event {event.sequence})")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--reason", default=None)
+@world_options
+def cancel(run_id: str, reason: str | None, world: Any) -> None:
+    """Cancel a run (a running one stops at its next step, sleep or wait)."""
+    lw.cancel_run(world, run_id, reason=reason)
+    click.echo(f"{run_id} {lw.materialize_run_state(world, run_id).status}")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--from-step", default=None, metavar="PATH",
+              help="the first step to run again (default: the first failed step)")
+@click.option("--run-id", "new_run_id", default=None, help="the fork's run id")
+@world_options
+def fork(run_id: str, from_step: str | None, new_run_id: str | None, world: Any) -> None:
+    """Fork a run: a new run keeping the history before a step (run it with a worker)."""
+    click.echo(lw.fork_run(world, run_id, from_step=from_step, new_run_id=new_run_id))
+
+
+def _load_workflows(target: str) -> list[Any]:
+    if ":" in target:
+        return [_load_workflow(target)]
+    import importlib
+    import os
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(target)
+    except ImportError as e:
+        raise UserError(f"cannot import module {target!r}: {e}") from None
+    found = [v for v in vars(module).values() if isinstance(v, lw.Workflow)]
+    if not found:
+        raise UserError(f"module {target!r} defines no workflow")
+    return found
+
+
+@cli.command()
+@click.argument("targets", nargs=-1, required=True, metavar="MODULE[:WORKFLOW]...")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--until-idle", is_flag=True, help="return when nothing is due")
+@world_options
+def worker(targets: tuple[str, ...], concurrency: int, until_idle: bool, world: Any) -> None:
+    """Execute runs of these workflows as they become due (stop with Ctrl-C or SIGTERM)."""
+    workflows = [wf for t in targets for wf in _load_workflows(t)]
+    w = lw.Worker(world, workflows=workflows, concurrency=concurrency)
+    click.echo(f"worker: {', '.join(sorted({wf.id for wf in workflows}))} "
+               f"on {world.data_dir}", err=True)
+    if until_idle:
+        w.run_until_idle()
+        w.close()
+    else:
+        w.run()
+    click.echo(f"worker stopped after {w.runs_executed} run executions", err=True)
 
 
 def _require_run(world: Any, run_id: str) -> list[Any]:

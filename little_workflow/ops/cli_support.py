@@ -186,7 +186,7 @@ def run_rows(world: Any) -> list[dict[str, Any]]:
         rows.append({"runId": run_id, "workflowId": state.workflow_id, "status": state.status,
                      "startedAt": state.created_at, "durationSeconds": duration,
                      "steps": len(state.steps), "events": state.event_count,
-                     "updatedAt": state.updated_at})
+                     "updatedAt": state.updated_at, "waiting": state.waiting})
     rows.sort(key=lambda r: (r["startedAt"] or "", r["runId"]), reverse=True)
     return rows + corrupt
 

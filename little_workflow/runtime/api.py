@@ -40,6 +40,7 @@ async def arun_workflow(
     max_outer_cycles: int | None = None,
     supervise: Callable[..., Any] | None = None,
     outer_loop_id: str | None = None,
+    suspend: bool = False,
 ) -> RunResult:
     """Start or resume a run and return its result (the coroutine form of `run_workflow`).
 
@@ -49,6 +50,9 @@ async def arun_workflow(
       `InputMismatchError` for a different input.
     - `max_outer_cycles`, `supervise`, `outer_loop_id`: run an outer loop — each cycle one
       run, `supervise(cycle, history)` returning `Done(final_output)` or `Continue(next_input)`.
+    - `suspend`: a run that must wait (`ctx.sleep`, `ctx.wait_for_event`) releases its
+      lock and returns `status="waiting"` with `waiting={kind, stepPath, ...}` instead of
+      waiting in this process; calling again (or a `Worker`) continues it.
 
     Raises `WorkflowFailedError` when the run fails, `SchemaValidationError` for invalid
     input (before anything is written), `RunLockedError` when the run is running elsewhere.
@@ -61,7 +65,7 @@ async def arun_workflow(
             wf, input, world=world, max_outer_cycles=max_outer_cycles,
             supervise=supervise, outer_loop_id=outer_loop_id,
         )
-    return await arun_single(wf, input, world=world, run_id=run_id)
+    return await arun_single(wf, input, world=world, run_id=run_id, suspend=suspend)
 
 
 def run_workflow(
@@ -73,12 +77,13 @@ def run_workflow(
     max_outer_cycles: int | None = None,
     supervise: Callable[..., Any] | None = None,
     outer_loop_id: str | None = None,
+    suspend: bool = False,
 ) -> RunResult:
     """Start or resume a run and wait for its result. Works in plain scripts and inside a
     running event loop (a notebook cell). Arguments and errors as `arun_workflow`."""
     return run_sync(lambda: arun_workflow(
         wf, input, world=world, run_id=run_id, max_outer_cycles=max_outer_cycles,
-        supervise=supervise, outer_loop_id=outer_loop_id))
+        supervise=supervise, outer_loop_id=outer_loop_id, suspend=suspend))
 
 
 async def arun_pipeline(

@@ -55,6 +55,9 @@ _group: contextvars.ContextVar[_Group | None] = contextvars.ContextVar("lw_group
 class RunContext:
     """Handed to the workflow function: `await ctx.step(...)`, `await ctx.parallel(...)`."""
 
+    suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
+    watch: Any = None  # waiting.RunWatch while this process executes the run
+
     def __init__(
         self,
         *,
@@ -191,6 +194,8 @@ class RunContext:
             return self._replayed(path, rec)
         if rec is not None and rec.status != "running":
             return self._served(rec)
+        if self.watch is not None:
+            self.watch.at_boundary()  # a cancelled run stops before its next step
         return await self._execute(path, fn, args, retry or NO_RETRY, timeout, rec,
                                    durable=not group_child)
 
@@ -370,6 +375,51 @@ class RunContext:
         if self.mode == "replay" and group.highest:
             self._floor = max(self._floor, group.highest)
         return results
+
+    # ---- durable time and messages (timers.py, signals.py) ---------------------------
+
+    def claim_path(self, path: str) -> None:
+        """Check a step path and take it for this run (unique per run)."""
+        self._claim(path)
+
+    def apply_events(self, events: Any) -> None:
+        """Fold events other writers appended (signals, cancel requests) into the log."""
+        with self._log_lock:
+            for e in events:
+                self.log.apply(e)
+
+    async def sleep(self, path: str, seconds: float) -> None:
+        """A durable timer: the wake time is committed first; a resumed run sleeps only
+        the time left."""
+        from .timers import sleep_seconds
+
+        await sleep_seconds(self, path, seconds)
+
+    async def sleep_until(self, path: str, when: Any) -> None:
+        """Sleep until `when` (an aware datetime or epoch seconds), durably."""
+        from .timers import sleep_until_time
+
+        await sleep_until_time(self, path, when)
+
+    async def wait_for_event(self, path: str, name: str, timeout: float | None = None) -> Any:
+        """The payload of the first event `name` sent to this run (`lw.send_event`) that
+        no earlier wait took, or None once `timeout` seconds have passed."""
+        from .signals import wait_for_event
+
+        return await wait_for_event(self, path, name, timeout)
+
+    def now(self) -> Any:
+        """The World clock's time as an aware UTC datetime, recorded: a resumed or
+        replayed run gets the same value."""
+        from .timers import now
+
+        return now(self)
+
+    def uuid(self) -> Any:
+        """A random uuid.UUID, recorded: a resumed or replayed run gets the same value."""
+        from .timers import new_uuid
+
+        return new_uuid(self)
 
     # ---- features built on top (memory, plans, pipelines, bash) -----------------------
 

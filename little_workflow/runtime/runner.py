@@ -88,9 +88,11 @@ def register_version(world: Any, wf: Workflow) -> None:
 
 
 async def arun_single(
-    wf: Workflow, input: Any, *, world: Any, run_id: str | None, pipeline: Any = None
+    wf: Workflow, input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
+    suspend: bool = False,
 ) -> RunResult:
-    """Start or resume one run of `wf` (no outer loop)."""
+    """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
+    must wait (a sleep, an event) releases its lock and returns `status="waiting"`."""
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
@@ -100,10 +102,14 @@ async def arun_single(
 
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
-        return await _run_locked(world, wf, value, run_id, pipeline)
+        return await _run_locked(world, wf, value, run_id, pipeline, suspend)
 
 
-async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any) -> RunResult:
+async def _run_locked(
+    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False
+) -> RunResult:
+    from .waiting import RunSuspended, RunWatch, cancelled_on_entry, finish_if_cancelled
+
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
     input_hash = content_hash(input)
@@ -118,21 +124,27 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
             raise WorkflowFailedError(run_id, None, thaw(log.error) or {})
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
+    ctx.suspend = suspend
     if log.created is None:
-        await offload(world, register_version, world, wf)
-        await offload(world, world.ensure_dir, f"runs/{run_id}/scratch")
-        await ctx.append("run.created", {
-            "workflowId": wf.id, "workflowVersionId": wf.version_id,
-            "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
-        })
+        await create_run(ctx, wf, input, input_hash)
+    await cancelled_on_entry(ctx)
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
+    ctx.watch = RunWatch(ctx).start()
     try:
         output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
-    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, StorageError, LeaseLostError):
+    except RunSuspended as s:
+        return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
+    except asyncio.CancelledError:
+        await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
+        raise  # not a failure of the run: it stays unfinished and resumable
+    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError):
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
+        await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
         await ctx.append("run.failed", {"error": error_record(e)})
         raise WorkflowFailedError(run_id, e, error_record(e)) from e
+    finally:
+        ctx.watch.stop()
     try:
         wf.validate_output(output)
     except SchemaValidationError as e:
@@ -146,6 +158,18 @@ async def _run_locked(world: Any, wf: Workflow, input: Any, run_id: str, pipelin
         payload["output"] = output
     await ctx.append("run.completed", payload)
     return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+
+
+async def create_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
+                     extra: dict[str, Any] | None = None) -> None:
+    world = ctx.world
+    await offload(world, register_version, world, wf)
+    await offload(world, world.ensure_dir, f"runs/{ctx.run_id}/scratch")
+    await ctx.append("run.created", {
+        "workflowId": wf.id, "workflowVersionId": wf.version_id,
+        "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
+        **(extra or {}),
+    })
 
 
 def to_output_json(value: Any, run_id: str) -> Any:
@@ -179,11 +203,23 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
     input = world.resolve_refs(thaw(log.created.get("input")))
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      mode="replay", run_child=arun_single)
+    from .waiting import RunSuspended
+
     try:
         output = await wf.fn(ctx, input)
-    except ReplayDivergenceError:
+    except ReplayDivergenceError as e:
+        rec = log.steps.get(e.step_path)
+        if log.status == "cancelled" and (rec is None or rec.status == "running"):
+            # The log of a cancelled run ends where the cancellation stopped it.
+            return RunResult(run_id=run_id, status="cancelled", workflow_id=wf.id)
         raise
+    except RunSuspended as s:
+        if log.status == "cancelled":
+            return RunResult(run_id=run_id, status="cancelled", workflow_id=wf.id)
+        return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except Exception:
+        if log.status == "cancelled":
+            return RunResult(run_id=run_id, status="cancelled", output=None, workflow_id=wf.id)
         return RunResult(run_id=run_id, status="failed", output=None, workflow_id=wf.id)
     return RunResult(run_id=run_id, status="completed", output=to_output_json(output, run_id),
                      workflow_id=wf.id)

@@ -10,7 +10,8 @@ from pydantic.alias_generators import to_camel
 
 from ..world.models import Event, thaw
 
-RunStatus = Literal["pending", "running", "completed", "failed", "unknown"]
+RunStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled", "unknown"]
+TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 
 
 @dataclass(slots=True)
@@ -47,6 +48,14 @@ class RunLog:
     plans_reused: dict[str, dict[str, Any]] = field(default_factory=dict)
     memory_reads: dict[tuple[str, str, int], Any] = field(default_factory=dict)  # (scope, path, i)
     last_sequence: int = 0
+    # durable time and messages (timers.py, signals.py)
+    timers: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> scheduled/fired
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> started/outcome
+    signals: list[tuple[int, str, Any]] = field(default_factory=list)  # (sequence, name, payload)
+    taken: set[int] = field(default_factory=set)  # signal sequences a wait took
+    open_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # what `waiting` waits for
+    values: dict[str, Any] = field(default_factory=dict)  # value.recorded key -> value
+    cancel_requested: dict[str, Any] | None = None
 
     @classmethod
     def fold(cls, run_id: str, events: list[Event]) -> "RunLog":
@@ -65,10 +74,11 @@ class RunLog:
         t = e.type
         if t == "run.created":
             self.created = p
-            self.status = "pending"
+            self.status = "created"
         elif t == "run.started":
             self.starts += 1
-            self.status = "running"
+            if self.status not in TERMINAL_STATUSES:
+                self.status = "waiting" if self.open_waits else "running"
         elif t == "run.completed":
             self.status = "completed"
             self.output = p.get("output")
@@ -76,6 +86,14 @@ class RunLog:
         elif t == "run.failed":
             self.status = "failed"
             self.error = p.get("error")
+        elif t == "run.cancelled":
+            self.status = "cancelled"
+            self.error = p.get("error") or {"type": "RunCancelledError", "reason": p.get("reason")}
+        elif t == "run.cancel_requested":
+            if self.cancel_requested is None:
+                self.cancel_requested = p
+        elif t in TIME_AND_MESSAGE_EVENTS:
+            fold_time_event(self, e, p)
         elif t.startswith("step."):
             path = p.get("stepPath")
             if not isinstance(path, str):
@@ -119,6 +137,53 @@ class RunLog:
                 self.plans_reused[name] = p
 
 
+def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
+    t = e.type
+    if t == "signal.received":
+        log.signals.append((e.sequence, p.get("name"), p.get("payload")))
+        return
+    if t == "value.recorded":
+        key = p.get("key")
+        if isinstance(key, str):
+            log.values.setdefault(key, p.get("value"))
+        return
+    path = p.get("stepPath")
+    if not isinstance(path, str):
+        return
+    if t == "timer.scheduled":
+        log.timers[path] = {"wakeAt": p.get("wakeAt"), "fired": False, "sequence": e.sequence}
+        log.open_waits[path] = {"kind": "sleep", "stepPath": path, "wakeAt": p.get("wakeAt")}
+    elif t == "timer.fired":
+        log.timers.setdefault(path, {"wakeAt": None, "sequence": e.sequence})["fired"] = True
+        log.open_waits.pop(path, None)
+    elif t == "wait.started":
+        log.waits[path] = {"name": p.get("name"), "deadline": p.get("deadline"),
+                           "sequence": e.sequence, "timedOutAt": None, "completed": False,
+                           "signalSequence": None}
+        log.open_waits[path] = {"kind": "event", "stepPath": path, "name": p.get("name"),
+                                "deadline": p.get("deadline")}
+    elif t == "wait.timed_out":
+        rec = log.waits.get(path)
+        if rec is not None and rec["timedOutAt"] is None:
+            rec["timedOutAt"] = e.sequence
+    elif t == "wait.completed":
+        rec = log.waits.setdefault(path, {"name": p.get("name"), "deadline": None,
+                                          "sequence": e.sequence, "timedOutAt": None})
+        rec["completed"] = True
+        rec["signalSequence"] = p.get("signalSequence")
+        if isinstance(p.get("signalSequence"), int):
+            log.taken.add(p["signalSequence"])
+        log.open_waits.pop(path, None)
+    if log.status in ("running", "waiting"):
+        log.status = "waiting" if log.open_waits else "running"
+
+
+TIME_AND_MESSAGE_EVENTS = frozenset({
+    "timer.scheduled", "timer.fired", "wait.started", "wait.timed_out", "wait.completed",
+    "signal.received", "value.recorded",
+})
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
@@ -148,6 +213,8 @@ class RunState(_Model):
     last_sequence: int = 0
     created_at: str | None = None
     updated_at: str | None = None
+    waiting: dict[str, Any] | None = None
+    forked_from: dict[str, Any] | None = None
 
 
 class RunResult(_Model):
@@ -176,6 +243,7 @@ class RunResult(_Model):
     outer_loop_id: str | None = None
     result_kind: str | None = None
     cycles: list[dict[str, Any]] | None = None
+    waiting: dict[str, Any] | None = None
 
 
 def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> RunState:
@@ -208,4 +276,14 @@ def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> Ru
         last_sequence=log.last_sequence,
         created_at=log.first_created_at,
         updated_at=log.last_created_at,
+        waiting=waiting_info(log),
+        forked_from=thaw(created.get("forkedFrom")),
     )
+
+
+def waiting_info(log: RunLog) -> dict[str, Any] | None:
+    """What a waiting run waits for: `{kind: "sleep", stepPath, wakeAt}` or
+    `{kind: "event", stepPath, name, deadline}` (the earliest-opened one)."""
+    if log.status != "waiting" or not log.open_waits:
+        return None
+    return dict(next(iter(log.open_waits.values())))

@@ -5,10 +5,12 @@
 cut would leave (`PowerCutPosix`, `power_cut_filesystem`).
 """
 
+from ..world.clock import FakeClock
 from .faults import FaultPlan, FaultyFileSystem, SimulatedCrash, faulty_local_world
 from .powercut import PowerCutPosix, power_cut_filesystem
 
 __all__ = [
+    "FakeClock",
     "FaultPlan",
     "FaultyFileSystem",
     "PowerCutPosix",

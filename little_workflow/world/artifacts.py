@@ -69,8 +69,9 @@ def parse_ref(ref: Any) -> str:
 
 
 class ArtifactStore:
-    def __init__(self, publisher: Publisher, root: str, state: StorageState):
+    def __init__(self, publisher: Publisher, root: str, state: StorageState, clock: Any = None):
         self.publisher = publisher
+        self.clock = clock
         self.root = root
         self.state = state
 
@@ -115,7 +116,7 @@ class ArtifactStore:
             encoding=encoding,
             sha256=digest,
             size_bytes=len(data),
-            created_at=utc_now_iso(),
+            created_at=utc_now_iso(self.clock.now() if self.clock is not None else None),
         )
         try:
             self._publish(aid, data, manifest)

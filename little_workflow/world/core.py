@@ -23,6 +23,7 @@ from ..errors import (
 )
 from . import run_deletion
 from .artifacts import ArtifactStore
+from .clock import SYSTEM_CLOCK, Clock
 from .event_stores import EventStore, PendingAppend
 from .ids import (
     ARTIFACT_REF_PREFIX,
@@ -139,6 +140,7 @@ class World:
         cross_process_locks: CrossProcessLocks | None,
         max_concurrent_steps: int | None,
         host_sources_allowed: bool,
+        clock: Clock | None = None,
     ):
         if max_concurrent_steps is not None and max_concurrent_steps < 1:
             raise ValueError("max_concurrent_steps must be a positive integer or None")
@@ -148,7 +150,8 @@ class World:
         self.events = events
         self.publisher = publisher
         self.state = state
-        self.artifacts = ArtifactStore(publisher, data_dir, state)
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.artifacts = ArtifactStore(publisher, data_dir, state, clock=self.clock)
         self.max_concurrent_steps = max_concurrent_steps
         #: The World-wide cap on step functions running at once, in any thread or loop.
         self.step_slots = StepSlots(max_concurrent_steps)
@@ -269,7 +272,7 @@ class World:
             fence()
         sequence = ledger.last_sequence + 1
         event = Event(event_id(run_id, sequence), run_id, sequence, p.type, p.frozen,
-                      utc_now_iso(), p.idempotency_key, p.digest)
+                      utc_now_iso(self.clock.now()), p.idempotency_key, p.digest)
         data = _envelope_bytes(event, p.payload_json, p.type_json)
         try:
             ticket = self.events.enqueue(run_id, sequence, data, durable=p.durable,

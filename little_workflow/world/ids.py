@@ -94,8 +94,10 @@ def new_run_id() -> str:
     return "run_" + uuid.uuid4().hex
 
 
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+def utc_now_iso(now: float | None = None) -> str:
+    """ISO-8601 UTC of `now` (epoch seconds, from a World's clock) or of the system time."""
+    moment = datetime.now(timezone.utc) if now is None else datetime.fromtimestamp(now, timezone.utc)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def validate_run_id(run_id: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import weakref
 
+from .clock import Clock
 from .core import World
 from .event_stores import SqliteEventStore
 from .locks import DirectoryLocks
@@ -16,14 +17,20 @@ from .storage_errors import storage_error
 LAYOUT_DIRS = ("events", "artifacts/blobs", "runs", "locks", "outer-loops", "memory", "workflow-versions")
 
 
-def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | None = None) -> World:
+def local_world(
+    data_dir: str = ".little-workflow",
+    max_concurrent_steps: int | None = None,
+    *,
+    clock: Clock | None = None,
+) -> World:
     """The embedded default World: events in SQLite (WAL, `synchronous=FULL`) at
     `<data_dir>/events/events.db`, artifacts, scratch and memory as files under
     `data_dir` (created if missing, with its layout folders). Runs survive the process
     and are locked across processes, so `little` and other programs can share the dir.
 
     `max_concurrent_steps`: at most this many steps of all runs on this World execute at
-    once (None: no limit). Call `close()` when done, or use it as a context manager
+    once (None: no limit). `clock`: where time comes from (default: system time; tests
+    pass `lw.testing.FakeClock`). Call `close()` when done, or use it as a context manager
     (`with lw.local_world("data") as world: ...`); Worlds over one data dir in a process
     share one SQLite connection, closed with the last of them. Raises `StorageError`
     naming the path when the dir cannot be created or is not writable."""
@@ -59,4 +66,5 @@ def local_world(data_dir: str = ".little-workflow", max_concurrent_steps: int | 
         cross_process_locks=DirectoryLocks(os.path.join(root, "locks")),
         max_concurrent_steps=max_concurrent_steps,
         host_sources_allowed=True,
+        clock=clock,
     )

@@ -44,6 +44,7 @@ def virtual_world(
     max_concurrent_steps: int | None = None,
     *,
     storage_options: dict[str, Any] | None = None,
+    clock: Any = None,
 ) -> World:
     """A World on any fsspec filesystem: one JSON file per event, artifacts and
     scratch as files, all under `data_dir`.
@@ -83,4 +84,5 @@ def virtual_world(
         cross_process_locks=getattr(publisher, "cross_process_locks", lambda root: None)(root),
         max_concurrent_steps=max_concurrent_steps,
         host_sources_allowed=False,
+        clock=clock,
     )

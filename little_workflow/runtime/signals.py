@@ -1,0 +1,125 @@
+"""Messages to runs: `lw.send_event` appends `signal.received {name, payload}` to a run's
+log; `ctx.wait_for_event` takes the first such event no earlier wait took.
+
+Records of a wait: `wait.started {stepPath, name, deadline}`; `wait.timed_out {stepPath}`
+once the deadline passed; `wait.completed {stepPath, name, signalSequence}` (null on a
+timeout). Arrival against timeout is decided by log order: a wait that timed out at
+sequence T still takes a matching event appended before T. A resumed or replayed run
+therefore reaches the same answer from the same log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, StepError
+from ..world.clock import from_iso, to_iso
+from ..world.ids import validate_run_id
+from ..world.models import Event, thaw
+from .state import TERMINAL_STATUSES, RunLog
+from .waiting import RunSuspended, notify_run
+
+
+def pick_signal(log: RunLog, name: str, before: int | None = None) -> tuple[int, Any] | None:
+    """The first event named `name` that no wait took (and, when `before` is given,
+    appended before that sequence)."""
+    for sequence, signal_name, payload in sorted(log.signals, key=lambda s: s[0]):
+        if before is not None and sequence >= before:
+            break
+        if signal_name == name and sequence not in log.taken:
+            return sequence, payload
+    return None
+
+
+def signal_payload(log: RunLog, sequence: int | None) -> Any:
+    if sequence is None:
+        return None
+    for seq, _, payload in log.signals:
+        if seq == sequence:
+            return thaw(payload)
+    return None
+
+
+def waiting_for(path: str, rec: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "event", "stepPath": path, "name": rec["name"], "deadline": rec["deadline"]}
+
+
+async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) -> Any:
+    ctx.claim_path(path)
+    if not isinstance(name, str) or not name:
+        raise StepError(ctx.run_id, path, f"an event name is a non-empty string, not {name!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+        raise StepError(ctx.run_id, path, f"timeout is a number of seconds or None, not {timeout!r}")
+    log = ctx.log
+    rec = log.waits.get(path)
+    if ctx.replaying:
+        if rec is None:
+            raise ReplayDivergenceError(ctx.run_id, path, "the code waits where the log holds no wait")
+        if not rec.get("completed"):
+            raise RunSuspended(ctx.run_id, waiting_for(path, rec))
+        return signal_payload(log, rec.get("signalSequence"))
+    if rec is not None and rec.get("completed"):
+        return signal_payload(log, rec.get("signalSequence"))
+    clock = ctx.world.clock
+    watch = ctx.watch
+    if rec is None:
+        if watch is not None:
+            watch.at_boundary()
+        deadline = None if timeout is None else to_iso(clock.now() + max(0.0, float(timeout)))
+        await ctx.append("wait.started", {"stepPath": path, "name": name, "deadline": deadline})
+        rec = log.waits[path]
+    refreshed = False
+    while True:
+        if watch is not None:
+            watch.changed.clear()
+        if rec["timedOutAt"] is not None:
+            hit = pick_signal(log, name, before=rec["timedOutAt"])
+            return await _complete(ctx, path, name, hit)
+        hit = pick_signal(log, name)
+        if hit is not None:
+            return await _complete(ctx, path, name, hit)
+        deadline_epoch = from_iso(rec["deadline"]) if rec["deadline"] else None
+        if deadline_epoch is not None and deadline_epoch <= clock.now():
+            await ctx.append("wait.timed_out", {"stepPath": path})
+            continue
+        if watch is None:
+            raise RunSuspended(ctx.run_id, waiting_for(path, rec))
+        if getattr(ctx, "suspend", False):
+            if not refreshed:
+                # An event may have come since the log was read: look once more.
+                watch.refresh()
+                refreshed = True
+                continue
+            raise RunSuspended(ctx.run_id, waiting_for(path, rec))
+        await watch.wait_changed(deadline_epoch, clock)
+
+
+async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None) -> Any:
+    sequence = hit[0] if hit is not None else None
+    await ctx.append("wait.completed", {"stepPath": path, "name": name, "signalSequence": sequence})
+    return thaw(hit[1]) if hit is not None else None
+
+
+def send_event(
+    world: Any, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
+) -> Event:
+    """Send the event `name` with `payload` to run `run_id` (appended to its log as
+    `signal.received`). The same `idempotency_key` again is a no-op. Unknown run:
+    `RunNotFoundError`; finished run: `RunFinishedError`."""
+    validate_run_id(run_id)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an event name is a non-empty string, not {name!r}")
+    events = world.list_events(run_id)
+    if idempotency_key is not None:
+        for e in events:
+            if e.append_idempotency_key == idempotency_key and e.type == "signal.received":
+                return e  # already delivered: a no-op
+    log = RunLog.fold(run_id, events)
+    if log.created is None:
+        raise RunNotFoundError(run_id, f" in {world.data_dir}")
+    if log.status in TERMINAL_STATUSES:
+        raise RunFinishedError(run_id, log.status, "signal.received")
+    event = world.append_event(run_id, "signal.received", {"name": name, "payload": payload},
+                               idempotency_key=idempotency_key)
+    notify_run(world, run_id)
+    return event

@@ -1,0 +1,199 @@
+"""Following a run's log while this process runs it.
+
+Other writers append to a running run's log: `send_event` (`signal.received`) and
+`cancel_run` (`run.cancel_requested`), from this process or another one. A `RunWatch`
+folds those events into the run's in-memory log and wakes whoever waits on them. In this
+process the writer notifies the watch directly (a wake-up within milliseconds); another
+process's writes are found by reading the log after the last sequence seen, at least
+every `POLL_SECONDS` while the run is blocked and at step boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from ..errors import RunCancelledError
+from ..world.models import Event
+
+#: How often a blocked run (or a step boundary) looks for other processes' writes.
+POLL_SECONDS = 1.0
+#: How often a run blocked in a wait re-reads its log (another process may send).
+WAIT_POLL_SECONDS = 0.25
+
+#: Event types other writers append to a run that is running somewhere.
+FOREIGN_TYPES = frozenset({"signal.received", "run.cancel_requested"})
+
+
+class RunSuspended(BaseException):
+    """Raised inside a run started with `suspend=True` when it must wait: the run stops
+    here, its lock is released, and `run_workflow` returns `status="waiting"`.
+    A BaseException so that `except Exception` in workflow code cannot swallow it."""
+
+    def __init__(self, run_id: str, waiting: dict[str, Any]):
+        self.run_id, self.waiting = run_id, waiting
+        super().__init__(f"run {run_id} is waiting: {waiting}")
+
+
+_registry: dict[tuple[int, str | None], set[Any]] = {}
+_registry_guard = threading.Lock()
+
+
+def _key(world: Any, run_id: str | None) -> tuple[int, str | None]:
+    # One StorageState per storage in this process: Worlds over one storage share it.
+    return (id(world.state), run_id)
+
+
+def listen(world: Any, run_id: str | None, listener: Any) -> None:
+    """`listener.notify()` is called (from any thread) when something is appended to
+    `run_id` by send_event/cancel_run in this process; `run_id=None` hears every run."""
+    with _registry_guard:
+        _registry.setdefault(_key(world, run_id), set()).add(listener)
+
+
+def unlisten(world: Any, run_id: str | None, listener: Any) -> None:
+    with _registry_guard:
+        listeners = _registry.get(_key(world, run_id))
+        if listeners is not None:
+            listeners.discard(listener)
+            if not listeners:
+                del _registry[_key(world, run_id)]
+
+
+def notify_run(world: Any, run_id: str) -> None:
+    with _registry_guard:
+        listeners = list(_registry.get(_key(world, run_id), ())) + list(
+            _registry.get(_key(world, None), ()))
+    for listener in listeners:
+        listener.notify()
+
+
+class RunWatch:
+    """Keeps a running run's log up to date with what other writers append."""
+
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.changed = asyncio.Event()
+        self.cursor = ctx.log.last_sequence
+        self.cancel_issued = False  # task.cancel() was called by this watch
+        self._notified = threading.Event()
+        self._last_poll = time.monotonic()
+        self._stopped = False
+        self._poll_handle: asyncio.TimerHandle | None = None
+        self._refresh_lock = threading.Lock()
+
+    def start(self) -> "RunWatch":
+        listen(self.ctx.world, self.ctx.run_id, self)
+        self._poll_handle = self.loop.call_later(POLL_SECONDS, self._poll)
+        return self
+
+    def stop(self) -> None:
+        self._stopped = True
+        unlisten(self.ctx.world, self.ctx.run_id, self)
+        if self._poll_handle is not None:
+            self._poll_handle.cancel()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.ctx.log.cancel_requested is not None
+
+    # ---- called from any thread ---------------------------------------------------
+
+    def notify(self) -> None:
+        self._notified.set()
+        try:
+            self.loop.call_soon_threadsafe(self._on_loop_refresh)
+        except RuntimeError:  # the loop is closed: the run is over
+            pass
+
+    # ---- on the run's event loop ----------------------------------------------------
+
+    def _poll(self) -> None:
+        if self._stopped:
+            return
+        self._on_loop_refresh()
+        self._poll_handle = self.loop.call_later(POLL_SECONDS, self._poll)
+
+    def _on_loop_refresh(self) -> None:
+        if self._stopped:
+            return
+        self.refresh()
+        if self.cancel_requested and not self.cancel_issued and self.task is not None:
+            # Interrupts whatever the run awaits: a sleep, a wait, async steps in flight.
+            self.cancel_issued = True
+            self.task.cancel()
+
+    def refresh(self) -> list[Event]:
+        """Read what was appended after the last sequence seen; fold other writers'
+        events into the run's log. Returns those events."""
+        self._notified.clear()
+        self._last_poll = time.monotonic()
+        with self._refresh_lock:
+            events = self.ctx.world.list_events(self.ctx.run_id, after=self.cursor)
+            foreign = [e for e in events if e.type in FOREIGN_TYPES]
+            if events:
+                self.cursor = max(self.cursor, events[-1].sequence)
+            if foreign:
+                self.ctx.apply_events(foreign)
+        if foreign:
+            self.changed.set()
+        return foreign
+
+    def at_boundary(self) -> None:
+        """Before a step runs: a cancel request seen (or found by a poll due now) stops
+        the run here. Works even when the workflow never yields to the event loop."""
+        if self._notified.is_set() or time.monotonic() - self._last_poll >= POLL_SECONDS:
+            self.refresh()
+        if self.cancel_requested:
+            raise asyncio.CancelledError()
+
+    async def wait_changed(self, until: float | None, clock: Any) -> None:
+        """Block until other writers append something, the clock reaches `until`, or a
+        poll interval passes (then re-read the log: another process may have written)."""
+        waiters: list[asyncio.Task[Any]] = [asyncio.ensure_future(self.changed.wait())]
+        if until is not None:
+            waiters.append(asyncio.ensure_future(clock.sleep_until(until)))
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=WAIT_POLL_SECONDS,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        if not done:
+            self._on_loop_refresh()
+
+
+# ---- cancellation seen by the run's own runner ------------------------------------------
+
+def requested_reason(log: Any) -> str | None:
+    reason = (log.cancel_requested or {}).get("reason")
+    return reason if isinstance(reason, str) else None
+
+
+async def cancelled_on_entry(ctx: Any) -> None:
+    """A cancelled run never runs again; a requested cancellation ends it here."""
+    log = ctx.log
+    if log.status == "cancelled":
+        raise RunCancelledError(ctx.run_id, requested_reason(log))
+    if log.cancel_requested is not None:
+        await ctx.append("run.cancelled", {"reason": requested_reason(log)})
+        raise RunCancelledError(ctx.run_id, requested_reason(log))
+
+
+async def finish_if_cancelled(ctx: Any) -> None:
+    """The run stopped (CancelledError or an error): if `cancel_run` asked for it, end
+    the run with `run.cancelled` and raise `RunCancelledError` to the caller."""
+    watch = ctx.watch
+    if watch is not None:
+        watch.refresh()
+    if ctx.log.cancel_requested is None:
+        return
+    if watch is not None and watch.cancel_issued and watch.task is not None:
+        watch.task.uncancel()  # this cancellation was ours and is handled here
+        watch.cancel_issued = False
+    await ctx.append("run.cancelled", {"reason": requested_reason(ctx.log)})
+    raise RunCancelledError(ctx.run_id, requested_reason(ctx.log))

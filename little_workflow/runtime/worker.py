@@ -1,0 +1,203 @@
+"""`Worker`: picks runs up by itself — starts created runs, continues waiting runs when
+their timer is due or their event has arrived, resumes runs a dead process left behind.
+
+Each run is executed with `run_workflow(..., suspend=True)` in a thread of the worker's
+pool, so a run that must wait gives its thread and lock back. The run lock is what keeps
+any number of workers (threads or processes) from running one run twice at once: a run
+whose lock is held (`RunLockedError`) is skipped and looked at again next sweep.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import signal
+import threading
+from typing import Any, Iterable
+
+from ..errors import LittleWorkflowError, RunLockedError
+from ..world.clock import from_iso
+from ..world.models import thaw
+from .signals import pick_signal
+from .state import TERMINAL_STATUSES, RunLog
+from .waiting import listen, unlisten
+from .workflow import Workflow
+
+log = logging.getLogger("little_workflow.worker")
+
+#: A worker looks at every run at least this often (seconds).
+SWEEP_SECONDS = 1.0
+
+
+class Worker:
+    """`Worker(world, workflows=[...], concurrency=8)`; `.run()` until `.stop()` (or
+    SIGTERM/SIGINT when run in the main thread), `.run_until_idle()` returns when
+    nothing is due. Runs of workflows it does not know are left alone."""
+
+    def __init__(self, world: Any, workflows: Iterable[Workflow], concurrency: int = 8,
+                 sweep_seconds: float = SWEEP_SECONDS):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.world = world
+        self.workflows: dict[str, Workflow] = {}
+        for wf in workflows:
+            if not isinstance(wf, Workflow):
+                raise TypeError(f"{wf!r} is not a workflow")
+            self.workflows[wf.id] = wf
+        self.concurrency = concurrency
+        self.sweep_seconds = min(sweep_seconds, SWEEP_SECONDS)
+        self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, "little-worker")
+        self._in_flight: dict[str, concurrent.futures.Future[Any]] = {}
+        self._logs: dict[str, RunLog] = {}
+        self._finished: set[str] = set()
+        self._locked_at: dict[str, int] = {}  # run id -> last sequence when found locked
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.runs_executed = 0
+
+    # ---- what is due ----------------------------------------------------------------
+
+    def _log(self, run_id: str) -> RunLog:
+        cached = self._logs.get(run_id)
+        if cached is None:
+            cached = self._logs[run_id] = RunLog(run_id=run_id)
+        for e in self.world.list_events(run_id, after=cached.last_sequence):
+            cached.apply(e)
+        return cached
+
+    def _is_due(self, run_log: RunLog, now: float) -> bool:
+        if run_log.cancel_requested is not None or run_log.status in ("created", "running"):
+            return True
+        if run_log.status != "waiting":
+            return False
+        for path, w in run_log.open_waits.items():
+            if w["kind"] == "sleep":
+                if w.get("wakeAt") and from_iso(w["wakeAt"]) <= now:
+                    return True
+                continue
+            rec = run_log.waits.get(path) or {}
+            if rec.get("timedOutAt") is not None or pick_signal(run_log, w["name"]) is not None:
+                return True
+            if w.get("deadline") and from_iso(w["deadline"]) <= now:
+                return True
+        return False
+
+    def due_runs(self, *, skip_locked: bool = False) -> list[tuple[str, Workflow, RunLog]]:
+        due = []
+        now = self.world.clock.now()
+        for run_id in self.world.list_runs():
+            if run_id in self._finished or run_id in self._in_flight:
+                continue
+            try:
+                run_log = self._log(run_id)
+            except LittleWorkflowError as e:
+                log.warning("skipping run %s: %s", run_id, e)
+                continue
+            if run_log.created is None:
+                continue
+            if run_log.status in TERMINAL_STATUSES:
+                self._finished.add(run_id)
+                self._logs.pop(run_id, None)
+                continue
+            wf = self.workflows.get(str(run_log.created.get("workflowId")))
+            if wf is None:
+                continue
+            if skip_locked and self._locked_at.get(run_id) == run_log.last_sequence:
+                continue
+            if self._is_due(run_log, now):
+                due.append((run_id, wf, run_log))
+        return due
+
+    # ---- executing --------------------------------------------------------------------
+
+    def _input(self, run_log: RunLog) -> Any:
+        created = run_log.created or {}
+        if created.get("inputRef"):
+            return self.world.read_artifact(created["inputRef"])
+        return thaw(created.get("input"))
+
+    def _execute(self, run_id: str, wf: Workflow, input: Any, last_sequence: int) -> None:
+        from .api import run_workflow
+
+        try:
+            run_workflow(wf, input, world=self.world, run_id=run_id, suspend=True)
+            self.runs_executed += 1
+        except RunLockedError:
+            self._locked_at[run_id] = last_sequence  # someone else runs it
+        except LittleWorkflowError as e:
+            log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
+        except Exception:
+            log.exception("run %s raised", run_id)
+
+    def sweep(self, *, skip_locked: bool = False) -> int:
+        """Start every due run (up to the pool's capacity queueing the rest); returns how
+        many were started."""
+        started = 0
+        for run_id, wf, run_log in self.due_runs(skip_locked=skip_locked):
+            if self._stop.is_set():
+                break
+            fut = self._pool.submit(self._execute, run_id, wf, self._input(run_log),
+                                    run_log.last_sequence)
+            self._in_flight[run_id] = fut
+            fut.add_done_callback(lambda _f, rid=run_id: self._done(rid))
+            started += 1
+        return started
+
+    def _done(self, run_id: str) -> None:
+        self._in_flight.pop(run_id, None)
+        self._wake.set()
+
+    def notify(self) -> None:
+        """Something was appended in this process (a new run, an event): sweep now."""
+        self._wake.set()
+
+    def run_until_idle(self) -> None:
+        """Execute until nothing is due (and nothing runs); returns then."""
+        listen(self.world, None, self)
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                started = self.sweep(skip_locked=True)
+                in_flight = list(self._in_flight.values())
+                if not started and not in_flight:
+                    return
+                if in_flight:
+                    concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
+        finally:
+            unlisten(self.world, None, self)
+
+    def run(self) -> None:
+        """Sweep until `.stop()` (or SIGTERM/SIGINT in the main thread). In-flight runs
+        finish their current work or stop at a wait; a later worker resumes them."""
+        restore = self._install_signal_handlers()
+        listen(self.world, None, self)
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                self.sweep()
+                self._wake.wait(self.sweep_seconds)
+        finally:
+            unlisten(self.world, None, self)
+            restore()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def close(self) -> None:
+        self.stop()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _install_signal_handlers(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        for s in previous:
+            signal.signal(s, lambda *_: self.stop())
+
+        def restore() -> None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+        return restore

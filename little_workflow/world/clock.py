@@ -1,0 +1,125 @@
+"""Where a World's time comes from: wake times, deadlines, every `createdAt`.
+
+`SystemClock` reads `time.time()`. `FakeClock` is moved by hand (`advance`), and moving it
+wakes whoever sleeps on it, so tests of hour-long timers take no real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Epoch seconds."""
+        ...
+
+    async def sleep_until(self, when: float) -> None:
+        """Return once `now() >= when` (at once when it already is)."""
+        ...
+
+
+class SystemClock:
+    """Wall-clock time."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep_until(self, when: float) -> None:
+        # Re-check after each sleep: the event loop's timer can fire a little early.
+        while True:
+            left = when - time.time()
+            if left <= 0:
+                return
+            await asyncio.sleep(left)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+class FakeClock:
+    """A clock that moves only when told: `FakeClock(start=1_700_000_000.0)`,
+    `.now()`, `.advance(seconds)`. Advancing wakes every sleeper now due, in any thread
+    or event loop."""
+
+    def __init__(self, start: float = 1_700_000_000.0):
+        self._now = float(start)
+        self._lock = threading.Lock()
+        self._sleepers: list[tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError("a FakeClock only moves forward")
+        with self._lock:
+            self._now += seconds
+            now = self._now
+            due = [s for s in self._sleepers if s[0] <= now]
+            self._sleepers = [s for s in self._sleepers if s[0] > now]
+        for _, loop, fut in due:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                pass
+        return now
+
+    def set(self, when: float) -> float:
+        """Move to `when` (never backwards)."""
+        return self.advance(max(0.0, when - self.now()))
+
+    async def sleep_until(self, when: float) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if when <= self._now:
+                return
+            entry = (when, loop, fut)
+            self._sleepers.append(entry)
+        try:
+            await fut
+        finally:
+            with self._lock:
+                if entry in self._sleepers:
+                    self._sleepers.remove(entry)
+
+    def __repr__(self) -> str:
+        return f"FakeClock(now={self._now!r})"
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def to_iso(epoch: float) -> str:
+    """ISO-8601 UTC with microseconds and a `Z`, the form of every `createdAt`."""
+    return (
+        datetime.fromtimestamp(epoch, timezone.utc)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def from_iso(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def to_epoch(when: float | int | datetime) -> float:
+    """Epoch seconds from epoch seconds or an aware `datetime`."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise ValueError("sleep_until needs an aware datetime (with a timezone) or epoch seconds")
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, (int, float)):
+        raise TypeError(f"a time is an aware datetime or epoch seconds, not {type(when).__name__}")
+    return float(when)
