@@ -60,6 +60,27 @@ class EventPayloadError(LittleWorkflowError, TypeError):
 def frozen_json(value: Any, where: str = "payload", refs: set[str] | None = None) -> Any:
     """A deep-frozen copy of a JSON value; anything that is not JSON raises TypeError.
     Collects every `artifact://` string (keys included) into `refs` on the way."""
+    if type(value) is dict or type(value) is FrozenDict:  # the common case, made cheap
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                return _frozen_json(value, where, refs)
+            if refs is not None and k.startswith(ARTIFACT_REF_PREFIX):
+                refs.add(k)
+            t = type(v)
+            if t is str:
+                if refs is not None and v.startswith(ARTIFACT_REF_PREFIX):
+                    refs.add(v)
+                out[k] = v
+            elif t is int or t is bool or v is None:
+                out[k] = v
+            else:
+                out[k] = frozen_json(v, where, refs)
+        return FrozenDict(out)
+    return _frozen_json(value, where, refs)
+
+
+def _frozen_json(value: Any, where: str, refs: set[str] | None) -> Any:
     if isinstance(value, str):
         if refs is not None and value.startswith(ARTIFACT_REF_PREFIX):
             refs.add(value)

@@ -6,14 +6,13 @@ The event rules (receipts, artifact references, sequence allocation, digests) li
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ..errors import StorageError
 from .ids import RUN_ID_RE
@@ -221,6 +220,7 @@ class SqliteEventStore(EventStore):
         self._queue: list[PendingAppend] = []
         self._queue_cond = threading.Condition(threading.Lock())
         self._leader_active = False
+        self._waiting = 0  # threads waiting on _queue_cond for another's commit
         # run id -> (epoch, first lost sequence, error or None for "taken"): later appends
         # of that epoch fail the same way, so a failed commit never leaves a hole.
         self._lost: dict[str, tuple[int, int, BaseException | None]] = {}
@@ -299,7 +299,7 @@ class SqliteEventStore(EventStore):
             self._conn.execute(f"PRAGMA synchronous={mode}")
             self._synchronous = mode
 
-    def _retrying(self, op: Callable[[], T]) -> T:
+    def _retrying(self, op: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # busy_timeout covers most contention; a "locked" that still escapes (WAL recovery
         # by another process, checkpoint) is retried here so it never reaches a user.
         delay = 0.005
@@ -309,7 +309,7 @@ class SqliteEventStore(EventStore):
                     if self._closed:
                         raise StorageError(self.db_path, "the event store is closed",
                                            "open the World again")
-                    return op()
+                    return op(*args, **kwargs)
             except sqlite3.OperationalError as e:
                 msg = str(e).lower()
                 if ("locked" not in msg and "busy" not in msg) or attempt == 199:
@@ -355,7 +355,11 @@ class SqliteEventStore(EventStore):
         with cond:
             while not pending.done:
                 if self._leader_active:
-                    cond.wait()
+                    self._waiting += 1
+                    try:
+                        cond.wait()
+                    finally:
+                        self._waiting -= 1
                     continue
                 batch, self._queue = self._queue, []
                 self._leader_active = True
@@ -366,13 +370,18 @@ class SqliteEventStore(EventStore):
                     cond.acquire()
                     self._leader_active = False
                     self._settle(batch, results, error)
-                    cond.notify_all()
+                    if self._waiting:
+                        cond.notify_all()
 
     def _commit(self, batch: list[PendingAppend]) -> tuple[list[bool | None], BaseException | None]:
         rows = [(p.run_id, p.sequence, p.idempotency_key, p.data.decode("utf-8")) for p in batch]
+        durable = False
+        for p in batch:
+            if p.durable:
+                durable = True
+                break
         try:
-            durable = any(p.durable for p in batch)
-            return self._retrying(functools.partial(self.commit_rows, rows, durable=durable)), None
+            return self._retrying(self.commit_rows, rows, durable=durable), None
         except BaseException as e:
             return [], e
 
@@ -380,6 +389,10 @@ class SqliteEventStore(EventStore):
                 error: BaseException | None) -> None:
         """Record a batch's outcome (under the queue lock). A run with an append that did
         not commit loses it and every later append of the same epoch, queued or not."""
+        if error is None and len(batch) == 1 and results[0] is True:  # the serial case
+            p = batch[0]
+            p.published = p.done = True
+            return
         lost_from: dict[str, PendingAppend] = {}
         for i, p in enumerate(batch):
             ok = error is None and results[i] is True
@@ -410,6 +423,11 @@ class SqliteEventStore(EventStore):
         (see _retrying)."""
         self._set_synchronous(durable)
         conn = self._conn
+        if len(rows) == 1 and self._wal_prefilled:
+            # One row is its own transaction: in autocommit mode the INSERT takes the
+            # write lock when it starts (as BEGIN IMMEDIATE would) and commits when it
+            # ends, with the same synchronous setting, in one statement instead of three.
+            return [self.insert_row(rows[0])]
         conn.execute("BEGIN IMMEDIATE")
         try:
             if not self._wal_prefilled:

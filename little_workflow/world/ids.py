@@ -18,8 +18,13 @@ ARTIFACT_REF_PREFIX = "artifact://"
 ARTIFACT_ID_RE = re.compile(r"art_[0-9a-f]{16}")
 
 
+#: json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False), without
+#: building an encoder on every call (it runs on every append).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(obj)
 
 
 def canonical_bytes(obj: Any) -> bytes:
