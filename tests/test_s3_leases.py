@@ -77,12 +77,13 @@ def take_when_expired(world, run_id: str, since: float) -> tuple[float, int]:
 
 
 def test_holder_keeps_its_lease_by_renewing(moto_s3, monkeypatch):
-    monkeypatch.setattr(object_store, "LEASE_SECONDS", 1.5)
+    lease = 3.0  # short enough to need renewals, long enough for a loaded 2-core machine
+    monkeypatch.setattr(object_store, "LEASE_SECONDS", lease)
     bucket = moto_s3.new_bucket()
     a = lw.virtual_world(moto_s3.filesystem(), f"{bucket}/wf")
     b = lw.virtual_world(moto_s3.filesystem(), f"{bucket}/wf")  # another host
     with a.run_lock("run_renewed"):
-        end = time.monotonic() + 3 * 1.5
+        end = time.monotonic() + 3 * lease
         while time.monotonic() < end:  # three leases long: only renewals keep it
             with pytest.raises(lw.RunLockedError, match="generation 1"):
                 with b.run_lock("run_renewed"):
