@@ -16,8 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-import little_workflow as lw  # noqa: E402
 from s3_server import MotoS3, RequestCounter  # noqa: E402
+
+import little_workflow as lw  # noqa: E402
 
 STEPS = 50
 
