@@ -27,8 +27,24 @@ from little_workflow.errors import LeaseLostError, RunLockedError, StorageError
 from little_workflow.world.ids import utc_now_iso
 from little_workflow.world.publish import Publisher, is_temp_name
 
-#: Default lease of a run lock. Read when a World is built, so tests may lower it.
-LEASE_SECONDS = 30.0
+
+def _lease_from_env() -> float:
+    """`LW_LEASE_SECONDS` overrides the default lease (e.g. a short one in tests)."""
+    raw = os.environ.get("LW_LEASE_SECONDS")
+    if raw is None or not raw.strip():
+        return 30.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"LW_LEASE_SECONDS must be a number of seconds, not {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"LW_LEASE_SECONDS must be positive, not {raw!r}")
+    return value
+
+
+#: Default lease of a run lock (30 s, or `LW_LEASE_SECONDS`). Read when a World is
+#: built, so tests may lower it.
+LEASE_SECONDS = _lease_from_env()
 #: Codes that mean the credentials or the policy refuse the request.
 AUTH_CODES = {
     "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",

@@ -71,3 +71,35 @@ class NetworkPath:
         if self.up:
             self.up = False
             self.server.stop()
+
+
+class RequestCounter:
+    """Counts the HTTP requests an s3fs filesystem sends (botocore's `before-send` event
+    on its aiobotocore client), by method."""
+
+    def __init__(self, fs: Any) -> None:
+        fs.connect()
+        self.by_method: dict[str, int] = {}
+        fs.s3.meta.events.register("before-send", self._sent)
+
+    def _sent(self, request: Any = None, **_: Any) -> None:
+        method = getattr(request, "method", "?")
+        self.by_method[method] = self.by_method.get(method, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_method.values())
+
+    def reset(self) -> None:
+        self.by_method.clear()
+
+
+def put_objects_directly(bucket: str, objects: dict[str, bytes]) -> None:
+    """Write objects straight into the in-process moto backend (no HTTP): a cheap way to
+    fill a bucket with many objects. Only for a MotoS3 server started in this process."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    for key, data in objects.items():
+        backend.put_object(bucket, key, data)

@@ -19,6 +19,7 @@ from ..errors import (
 from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
 from ..world.models import Event, thaw
+from .active_index import TERMINAL_EVENTS, mark_finished
 from .bash_steps import run_bash_step
 from .memory import RunMemory
 from .pipeline import call_workflow
@@ -107,6 +108,8 @@ class RunContext:
         )
         with self._log_lock:
             self.log.apply(event)
+        if type_ in TERMINAL_EVENTS:
+            mark_finished(self.world, self.run_id)  # after the terminal event
         return event
 
     async def append(

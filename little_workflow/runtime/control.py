@@ -14,6 +14,7 @@ from ..errors import (
     WorkflowMismatchError,
 )
 from ..world.ids import content_hash, new_run_id, validate_run_id
+from .active_index import mark_finished
 from .state import TERMINAL_STATUSES, RunLog
 from .waiting import notify_run, requested_reason
 from .workflow import Workflow
@@ -90,6 +91,7 @@ def cancel_run(world: Any, run_id: str, reason: str | None = None) -> None:
             log = RunLog.fold(run_id, world.list_events(run_id))
             if log.status not in TERMINAL_STATUSES:
                 world.append_event(run_id, "run.cancelled", {"reason": requested_reason(log)})
+                mark_finished(world, run_id)
     except RunLockedError:
         pass  # its runner sees the request and ends the run
     notify_run(world, run_id)

@@ -14,6 +14,7 @@ from ..errors import RunNotFoundError, StepError, WorldPathError
 from ..world.ids import ARTIFACT_REF_PREFIX, validate_run_id
 from ..world.ids import new_run_id as make_run_id
 from ..world.models import thaw
+from .active_index import mark_active
 from .state import RunLog
 
 #: Records of a workflow's history a fork copies (run.* events are the fork's own).
@@ -95,6 +96,7 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
         created["forkedFrom"] = {"runId": run_id, "stepPath": step_path}
         copied_refs = _Republisher(world, run_id, fork_id)
         created = _republish(world, created, fork_id, copied_refs)
+        mark_active(world, fork_id, str(created.get("workflowId")))  # before run.created
         world.append_event(fork_id, "run.created", created, durable=False)
         renumbered: dict[int, int] = {}
         # A sub-run unfinished at the cut belongs to the source: the fork starts its own.

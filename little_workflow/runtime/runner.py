@@ -23,6 +23,7 @@ from ..errors import (
 from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
+from .active_index import mark_active
 from .context import INLINE_OUTPUT_LIMIT, RunContext
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
@@ -165,6 +166,7 @@ async def create_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
     world = ctx.world
     await offload(world, register_version, world, wf)
     await offload(world, world.ensure_dir, f"runs/{ctx.run_id}/scratch")
+    await offload(world, mark_active, world, ctx.run_id, wf.id)  # before run.created
     await ctx.append("run.created", {
         "workflowId": wf.id, "workflowVersionId": wf.version_id,
         "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,

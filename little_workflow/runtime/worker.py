@@ -2,7 +2,8 @@
 their timer is due or their event has arrived, resumes runs a dead process left behind.
 
 Each run is executed with `run_workflow(..., suspend=True)` in a thread of the worker's
-pool, so a run that must wait gives its thread and lock back. The run lock is what keeps
+pool, so a run that must wait gives its thread and lock back. A sweep reads the index of
+unfinished runs (`active/`, see `active_index`) and then only those runs. The run lock is what keeps
 any number of workers (threads or processes) from running one run twice at once: a run
 whose lock is held (`RunLockedError`) is skipped and looked at again next sweep.
 """
@@ -13,11 +14,13 @@ import concurrent.futures
 import logging
 import signal
 import threading
+import time
 from typing import Any, Iterable
 
 from ..errors import LittleWorkflowError, RunLockedError
 from ..world.clock import from_iso
 from ..world.models import thaw
+from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
 from .waiting import listen, unlisten
@@ -51,6 +54,7 @@ class Worker:
         self._logs: dict[str, RunLog] = {}
         self._finished: set[str] = set()
         self._locked_at: dict[str, int] = {}  # run id -> last sequence when found locked
+        self._no_log_since: dict[str, float] = {}  # indexed run id with no log -> first seen
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.runs_executed = 0
@@ -83,9 +87,13 @@ class Worker:
         return False
 
     def due_runs(self, *, skip_locked: bool = False) -> list[tuple[str, Workflow, RunLog]]:
+        """The due runs among those the index names (`active/`): one listing, then only
+        those runs' logs — the cost grows with unfinished runs, not with all runs."""
         due = []
         now = self.world.clock.now()
-        for run_id in self.world.list_runs():
+        listed = active_run_ids(self.world)
+        self._forget(set(listed))
+        for run_id in listed:
             if run_id in self._finished or run_id in self._in_flight:
                 continue
             try:
@@ -94,10 +102,14 @@ class Worker:
                 log.warning("skipping run %s: %s", run_id, e)
                 continue
             if run_log.created is None:
+                self._orphan(run_id)
                 continue
+            self._no_log_since.pop(run_id, None)
             if run_log.status in TERMINAL_STATUSES:
+                # Its runner died between the terminal event and removing the entry.
                 self._finished.add(run_id)
                 self._logs.pop(run_id, None)
+                mark_finished(self.world, run_id)
                 continue
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
@@ -107,6 +119,29 @@ class Worker:
             if self._is_due(run_log, now):
                 due.append((run_id, wf, run_log))
         return due
+
+    def _forget(self, listed: set[str]) -> None:
+        """Drop what this worker remembers of runs the index no longer names."""
+        for cache in (self._logs, self._locked_at, self._no_log_since):
+            for run_id in [r for r in cache if r not in listed]:
+                del cache[run_id]
+        self._finished &= listed
+
+    def _orphan(self, run_id: str) -> None:
+        """An entry with no run log: its creator may be about to append `run.created`.
+        Removed once this worker has seen it without a log for the grace period."""
+        first = self._no_log_since.setdefault(run_id, time.monotonic())
+        if time.monotonic() - first < ORPHAN_GRACE_SECONDS:
+            return
+        self._logs.pop(run_id, None)
+        if self.world.list_events(run_id):
+            return  # created meanwhile: a run like any other from the next sweep
+        mark_finished(self.world, run_id)
+        self._no_log_since.pop(run_id, None)
+        late = self.world.list_events(run_id)
+        if late:  # created while we removed it: name it again
+            payload = late[0].payload if isinstance(late[0].payload, dict) else {}
+            mark_active(self.world, run_id, str(payload.get("workflowId")))
 
     # ---- executing --------------------------------------------------------------------
 

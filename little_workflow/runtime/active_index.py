@@ -1,0 +1,59 @@
+"""The index of runs that need attention: `active/<runId>.json`, one small document per
+unfinished run, so a worker's sweep reads one listing and then only those runs — its cost
+grows with the active runs, not with every run ever made.
+
+- The entry is written **before** `run.created` is appended, so a crash cannot leave an
+  unfinished run the index does not name.
+- It is removed **after** the terminal event (`run.completed`, `run.failed`,
+  `run.cancelled`). A crash in between leaves a stale entry; the sweep removes it when it
+  finds the run finished.
+- An entry whose run has no log yet is left alone for `ORPHAN_GRACE_SECONDS` (its creator
+  may be about to append `run.created`), then removed.
+
+Everything goes through World file methods, so it works on every backend and
+`tracing_world` sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import LittleWorkflowError
+from ..world.clock import to_iso
+from ..world.ids import RUN_ID_RE
+
+ACTIVE_DIR = "active"
+SUFFIX = ".json"
+#: How long an entry with no run log is kept before the sweep removes it (seconds,
+#: as this worker has seen it: no host's clock is compared with another's).
+ORPHAN_GRACE_SECONDS = 60.0
+TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+
+def entry_path(run_id: str) -> str:
+    return f"{ACTIVE_DIR}/{run_id}{SUFFIX}"
+
+
+def mark_active(world: Any, run_id: str, workflow_id: str) -> None:
+    """Name the run in the index (before its `run.created` is appended)."""
+    world.write_document(entry_path(run_id), {
+        "runId": run_id, "workflowId": workflow_id, "indexedAt": to_iso(world.clock.now()),
+    })
+
+
+def mark_finished(world: Any, run_id: str) -> None:
+    """Drop the run from the index (after its terminal event). Best effort: an entry
+    left behind is removed by the next sweep that finds the run finished."""
+    try:
+        world.remove_file(entry_path(run_id))
+    except (OSError, LittleWorkflowError):
+        pass
+
+
+def active_run_ids(world: Any) -> list[str]:
+    """The runs the index names (one listing)."""
+    out = []
+    for name in world.list_dir(ACTIVE_DIR):
+        if name.endswith(SUFFIX) and RUN_ID_RE.fullmatch(name[: -len(SUFFIX)]):
+            out.append(name[: -len(SUFFIX)])
+    return out

@@ -1,0 +1,130 @@
+"""A worker's sweep reads the index of unfinished runs (`active/`), not every run ever
+made: its S3 requests per sweep do not grow with the number of finished runs (counted
+against a real moto server)."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import private_memory
+from s3_server import RequestCounter, put_objects_directly
+
+import little_workflow as lw
+from little_workflow.runtime import active_index
+
+SMALL = 100
+BIG = int(os.environ.get("LW_SWEEP_FINISHED_RUNS", "10000"))
+ACTIVE = 3
+
+
+@lw.workflow(id="sweep-known")
+async def known(ctx: lw.RunContext, input: dict) -> dict:
+    return {"n": await ctx.step("one", lambda: input["n"] + 1)}
+
+
+@lw.workflow(id="sweep-unknown")
+async def unknown(ctx: lw.RunContext, input: dict) -> dict:
+    return input
+
+
+def finished_runs(bucket: str, count: int) -> None:
+    """`count` finished runs (run.created + run.completed, real envelopes made by a
+    World's append_event), written straight into the moto backend."""
+    scratch = lw.virtual_world(private_memory(), "/wf")
+    for i in range(count):
+        rid = f"run_done{i:06d}"
+        scratch.append_event(rid, "run.created", {"workflowId": "sweep-known", "input": {"n": i}},
+                             durable=False)
+        scratch.append_event(rid, "run.completed", {"output": {"n": i + 1}}, durable=False)
+    store = scratch.files.store
+    put_objects_directly(bucket, {k.lstrip("/"): bytes(v.getvalue()) for k, v in store.items()
+                                  if k.startswith("/wf/events/")})
+
+
+def sweep_requests(moto_s3, finished: int) -> tuple[int, int, dict]:
+    bucket = moto_s3.new_bucket()
+    finished_runs(bucket, finished)
+    maker = lw.virtual_world(moto_s3.filesystem(), f"{bucket}/wf")
+    # Real runs through S3: two finished (their entries come and go), some unfinished of
+    # a workflow the worker does not know (their entries stay).
+    for n in range(2):
+        lw.run_workflow(known, {"n": n}, world=maker)
+    for n in range(ACTIVE):
+        lw.start_workflow(unknown, {"n": n}, world=maker)
+    assert len(maker.list_runs()) == finished + 2 + ACTIVE
+    assert len(active_index.active_run_ids(maker)) == ACTIVE
+
+    fs = moto_s3.filesystem()  # a worker on another host: its own client and caches
+    counter = RequestCounter(fs)
+    world = lw.virtual_world(fs, f"{bucket}/wf")
+    worker = lw.Worker(world, workflows=[known])
+    try:
+        counter.reset()
+        assert worker.sweep() == 0
+        first, detail = counter.total, dict(counter.by_method)
+        counter.reset()
+        assert worker.sweep() == 0
+        second = counter.total
+    finally:
+        worker.close()
+    return first, second, detail
+
+
+def test_sweep_requests_do_not_grow_with_finished_runs(moto_s3):
+    small_first, small_second, small_detail = sweep_requests(moto_s3, SMALL)
+    big_first, big_second, big_detail = sweep_requests(moto_s3, BIG)
+    print(f"\nS3 requests per sweep ({ACTIVE} active runs): "
+          f"{SMALL} finished runs: first sweep {small_first} {small_detail}, next {small_second}; "
+          f"{BIG} finished runs: first sweep {big_first} {big_detail}, next {big_second}; "
+          f"growth {big_first / small_first:.2f}x / {big_second / small_second:.2f}x")
+    assert big_first <= 1.2 * small_first
+    assert big_second <= 1.2 * small_second
+    # One listing of the index plus about one listing per active run: nothing per finished run.
+    assert small_first <= 1 + 4 * ACTIVE and small_second <= 1 + ACTIVE
+
+
+def test_crash_between_terminal_event_and_index_removal_is_cleaned_by_the_sweep(memory_world):
+    world = memory_world
+    lw.run_workflow(known, {"n": 1}, world=world, run_id="run_stale")
+    assert active_index.active_run_ids(world) == []
+    # As if the runner died right after run.completed: the entry is still there.
+    active_index.mark_active(world, "run_stale", "sweep-known")
+    worker = lw.Worker(world, workflows=[known])
+    try:
+        assert worker.sweep() == 0
+    finally:
+        worker.close()
+    assert active_index.active_run_ids(world) == []
+
+
+def test_entry_with_no_run_log_is_kept_for_the_grace_period(memory_world, monkeypatch):
+    world = memory_world
+    active_index.mark_active(world, "run_unborn", "sweep-known")
+    worker = lw.Worker(world, workflows=[known])
+    try:
+        worker.sweep()
+        assert active_index.active_run_ids(world) == ["run_unborn"]  # creator may be slow
+        monkeypatch.setattr("little_workflow.runtime.worker.ORPHAN_GRACE_SECONDS", 0.0)
+        worker.sweep()
+        assert active_index.active_run_ids(world) == []
+    finally:
+        worker.close()
+
+
+def test_every_way_a_run_is_made_indexes_it_and_every_end_removes_it(memory_world):
+    world = memory_world
+    rid = lw.start_workflow(known, {"n": 1}, world=world)
+    assert active_index.active_run_ids(world) == [rid]
+    lw.cancel_run(world, rid)
+    assert active_index.active_run_ids(world) == []
+    rid2 = lw.start_workflow(known, {"n": 2}, world=world)
+    lw.Worker(world, workflows=[known]).run_until_idle()
+    assert lw.run_workflow(known, {"n": 2}, world=world, run_id=rid2).output == {"n": 3}
+    assert active_index.active_run_ids(world) == []
+    fork = lw.fork_run(world, rid2, from_step="one")
+    assert active_index.active_run_ids(world) == [fork]
+    worker = lw.Worker(world, workflows=[known])
+    worker.run_until_idle()
+    worker.close()
+    assert active_index.active_run_ids(world) == []
+    assert lw.run_workflow(known, {"n": 2}, world=world, run_id=fork).output == {"n": 3}
