@@ -420,15 +420,28 @@ def gc_command(older_than: float, statuses: tuple[str, ...], dry_run: bool, worl
 
 
 @cli.command()
+@click.argument("name", required=False, default="kill-resume",
+                type=click.Choice(["kill-resume", "approval"]))
 @click.option("--data-dir", "demo_dir", default=None, metavar="DIR")
-def demo(demo_dir: str | None) -> None:
-    """Kill a run with SIGKILL mid-flight, start it again, watch it continue."""
-    from .demo import run_demo
+def demo(name: str, demo_dir: str | None) -> None:
+    """Run a demo. kill-resume (the default): kill a run with SIGKILL mid-flight, start it
+    again, watch it continue. approval: a run drafts, sleeps, waits for an approval, is
+    SIGKILLed while waiting, gets the approval from `little send`, a worker finishes it."""
+    from .demo import run_approval_demo, run_demo
 
     root = click.get_current_context().find_root().params
     if root.get("world_url"):
         raise UserError("the demo runs on the embedded local_world; use --data-dir")
-    outcome = run_demo(demo_dir or root.get("data_dir") or ".little-workflow", say=click.echo)
+    data_dir = demo_dir or root.get("data_dir") or ".little-workflow"
+    if name == "approval":
+        try:
+            outcome = run_approval_demo(data_dir, say=click.echo)
+        except RuntimeError as e:
+            raise UserError(f"the approval demo failed: {e}") from None
+        if outcome["draftCalls"] != 1 or outcome["status"] != "completed":
+            raise UserError(f"the approval demo did not end as it should: {outcome}")
+        return
+    outcome = run_demo(data_dir, say=click.echo)
     if outcome["recalled"]:
         raise UserError(f"completed steps were called again: {outcome['recalled']}")
 

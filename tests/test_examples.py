@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -43,3 +44,47 @@ def test_example_scripts_run(tmp_path):
                            env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert needle in r.stdout, r.stdout
+
+
+def _approval_checks(data_dir: str, stdout: str) -> None:
+    """The demo's printed story, checked against the run's log and its call ledger."""
+    run_id = re.search(r"starting run (run_approval_[0-9a-f]+)", stdout).group(1)
+    assert "slept 2 s on a durable timer (fired), and now waits for the event 'approval'" in stdout
+    assert "killed its process with SIGKILL while it waits (exit -9); status in the log: waiting" in stdout
+    assert f"little send {run_id} approval --payload" in stdout
+    assert f"sent approval to {run_id}" in stdout
+    assert f"run {run_id} completed: {{'approved': True," in stdout
+    assert "the draft step was called 1 time(s) in all: not called again after the kill" in stdout
+    world = lw.local_world(data_dir)
+    types = [e.type for e in world.list_events(run_id)]
+    # Started twice (the killed child, then the worker); one draft; one timer; one event.
+    assert types.count("run.started") == 2 and types.count("step.started") == 1
+    assert types.index("timer.fired") < types.index("wait.started") < types.index("signal.received")
+    assert types.index("signal.received") < types.index("run.completed")
+    state = lw.materialize_run_state(world, run_id)
+    assert state.status == "completed" and state.output["approved"] is True
+    with open(os.path.join(data_dir, "runs", run_id, "scratch", "ledger.txt")) as f:
+        assert [line.split()[1] for line in f] == ["draft"]
+    world.close()
+
+
+def test_approval_example_survives_sigkill_and_finishes_under_a_worker(tmp_path):
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    data_dir = str(tmp_path / "data")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "approval.py"), data_dir],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _approval_checks(data_dir, r.stdout)
+
+
+def test_little_demo_approval(tmp_path):
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    data_dir = str(tmp_path / "data")
+    r = subprocess.run([sys.executable, "-m", "little_workflow.cli", "demo", "approval",
+                        "--data-dir", data_dir], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _approval_checks(data_dir, r.stdout)
+    bad = subprocess.run([sys.executable, "-m", "little_workflow.cli", "demo", "nope"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr and "nope" in bad.stderr
