@@ -10,6 +10,7 @@ whose lock is held (`RunLockedError`) is skipped and looked at again next sweep.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import signal
@@ -30,6 +31,8 @@ log = logging.getLogger("little_workflow.worker")
 
 #: A worker looks at every run at least this often (seconds).
 SWEEP_SECONDS = 1.0
+#: After a sweep that took d seconds, the next one waits until SWEEP_GAP * d have passed.
+SWEEP_GAP = 4.0
 
 
 class Worker:
@@ -57,6 +60,9 @@ class Worker:
         self._no_log_since: dict[str, float] = {}  # indexed run id with no log -> first seen
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._last_sweep = (0.0, 0.0)
+        self._thread_state = threading.local()
+        self._loops: list[asyncio.AbstractEventLoop] = []  # (duration, monotonic end) of the last sweep
         self.runs_executed = 0
 
     # ---- what is due ----------------------------------------------------------------
@@ -151,11 +157,22 @@ class Worker:
             return self.world.read_artifact(created["inputRef"])
         return thaw(created.get("input"))
 
-    def _execute(self, run_id: str, wf: Workflow, input: Any, last_sequence: int) -> None:
-        from .api import run_workflow
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        # One event loop per pool thread, kept across runs: a fresh loop per run
+        # (asyncio.run) also builds and joins a default executor thread every time.
+        loop = getattr(self._thread_state, "loop", None)
+        if loop is None:
+            loop = self._thread_state.loop = asyncio.new_event_loop()
+            self._loops.append(loop)
+        return loop
 
+    def _execute(self, run_id: str, wf: Workflow, input: Any, last_sequence: int) -> None:
+        from .api import arun_workflow
+
+        loop = self._loop()
         try:
-            run_workflow(wf, input, world=self.world, run_id=run_id, suspend=True)
+            loop.run_until_complete(arun_workflow(wf, input, world=self.world, run_id=run_id,
+                                                  suspend=True))
             self.runs_executed += 1
         except RunLockedError:
             self._locked_at[run_id] = last_sequence  # someone else runs it
@@ -163,6 +180,22 @@ class Worker:
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
         except Exception:
             log.exception("run %s raised", run_id)
+        finally:
+            _cancel_leftovers(loop)
+
+    def _paced_sweep(self, *, skip_locked: bool = False) -> int:
+        """`sweep()`, but no sooner than SWEEP_GAP times the last sweep's duration after it
+        ended: a burst of wake-ups (runs started one by one in this process) cannot spend
+        more than about 1/(SWEEP_GAP + 1) of the time sweeping. A small World's sweep takes
+        well under a millisecond, so this delays nothing there."""
+        rest = self._last_sweep[1] + SWEEP_GAP * self._last_sweep[0] - time.monotonic()
+        if rest > 0:
+            self._stop.wait(rest)
+        t = time.monotonic()
+        started = self.sweep(skip_locked=skip_locked)
+        now = time.monotonic()
+        self._last_sweep = (now - t, now)
+        return started
 
     def sweep(self, *, skip_locked: bool = False) -> int:
         """Start every due run (up to the pool's capacity queueing the rest); returns how
@@ -180,11 +213,19 @@ class Worker:
 
     def _done(self, run_id: str) -> None:
         self._in_flight.pop(run_id, None)
-        self._wake.set()
+        self._sweep_if_short()
+
+    def _sweep_if_short(self) -> None:
+        # Due runs already handed to the pool start as soon as a thread frees. Sweep again
+        # (a sweep reads every unfinished run's new events) only once fewer runs are handed
+        # over than there are threads, so a busy worker does not sweep per run.
+        if len(self._in_flight) < self.concurrency:
+            self._wake.set()
 
     def notify(self) -> None:
-        """Something was appended in this process (a new run, an event): sweep now."""
-        self._wake.set()
+        """Something was appended in this process (a new run, an event): sweep now, or
+        as soon as a thread is free (and at least every sweep interval)."""
+        self._sweep_if_short()
 
     def run_until_idle(self) -> None:
         """Execute until nothing is due (and nothing runs); returns then."""
@@ -192,12 +233,10 @@ class Worker:
         try:
             while not self._stop.is_set():
                 self._wake.clear()
-                started = self.sweep(skip_locked=True)
-                in_flight = list(self._in_flight.values())
-                if not started and not in_flight:
+                started = self._paced_sweep(skip_locked=True)
+                if not started and not self._in_flight:
                     return
-                if in_flight:
-                    concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
+                self._wake.wait()  # a thread idles (see _done), or something was appended
         finally:
             unlisten(self.world, None, self)
 
@@ -209,12 +248,13 @@ class Worker:
         try:
             while not self._stop.is_set():
                 self._wake.clear()
-                self.sweep()
+                self._paced_sweep()
                 self._wake.wait(self.sweep_seconds)
         finally:
             unlisten(self.world, None, self)
             restore()
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self._close_loops()
 
     def stop(self) -> None:
         self._stop.set()
@@ -223,6 +263,15 @@ class Worker:
     def close(self) -> None:
         self.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._close_loops()
+
+    def _close_loops(self) -> None:
+        for loop in self._loops:
+            try:
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+        self._loops.clear()
 
     def _install_signal_handlers(self) -> Any:
         if threading.current_thread() is not threading.main_thread():
@@ -236,3 +285,12 @@ class Worker:
                 signal.signal(s, handler)
 
         return restore
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """What asyncio.run does at the end of a run: cancel tasks the run left behind."""
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
