@@ -60,9 +60,9 @@ class Worker:
         self._no_log_since: dict[str, float] = {}  # indexed run id with no log -> first seen
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._last_sweep = (0.0, 0.0)
-        self._thread_state = threading.local()
-        self._loops: list[asyncio.AbstractEventLoop] = []  # (duration, monotonic end) of the last sweep
+        self._last_sweep = (0.0, 0.0)  # (duration, monotonic end) of the last sweep
+        self._thread_state = threading.local()  # each pool thread's event loop
+        self._loops: list[asyncio.AbstractEventLoop] = []
         self.runs_executed = 0
 
     # ---- what is due ----------------------------------------------------------------
