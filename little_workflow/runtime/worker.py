@@ -24,13 +24,17 @@ from ..world.models import thaw
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
-from .waiting import listen, unlisten
+from .waiting import WAIT_POLL_SECONDS, listen, unlisten
 from .workflow import Workflow
 
 log = logging.getLogger("little_workflow.worker")
 
 #: A worker looks at every run at least this often (seconds).
 SWEEP_SECONDS = 1.0
+#: Between sweeps, runs known to wait for an event have their logs read this often
+#: (seconds), for at most FAST_POLL_RUNS runs: an event sent from another process is
+#: picked up within about WAIT_POLL_SECONDS rather than a whole sweep interval.
+FAST_POLL_RUNS = 256
 #: After a sweep that took d seconds, the next one waits until SWEEP_GAP * d have passed.
 SWEEP_GAP = 4.0
 
@@ -249,12 +253,62 @@ class Worker:
             while not self._stop.is_set():
                 self._wake.clear()
                 self._paced_sweep()
-                self._wake.wait(self.sweep_seconds)
+                self._wait_between_sweeps()
         finally:
             unlisten(self.world, None, self)
             restore()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._close_loops()
+
+    def _wait_between_sweeps(self) -> None:
+        """Until the next sweep (at most `sweep_seconds`): return early when woken, when a
+        known timer or deadline is due, or when a run known to wait for an event has one
+        (its log is read every WAIT_POLL_SECONDS: one small read per waiting run, for at
+        most FAST_POLL_RUNS of them; more are left to the sweep)."""
+        deadline = time.monotonic() + self.sweep_seconds
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            waiters, next_due = self._known_waits()
+            pause = min(left, WAIT_POLL_SECONDS)
+            if next_due is not None and next_due < pause:
+                self._wake.wait(next_due)
+                return  # a timer or deadline is due: sweep
+            if self._wake.wait(pause) or self._event_arrived(waiters):
+                return
+
+    def _known_waits(self) -> tuple[list[str], float | None]:
+        """Runs waiting for an event (as of their last read), and seconds until the
+        earliest known wake time or deadline still ahead (None: none known; the sweep
+        handles those already past)."""
+        now = self.world.clock.now()
+        waiters: list[str] = []
+        next_due: float | None = None
+        for run_id, run_log in list(self._logs.items()):
+            if run_log.status != "waiting" or run_id in self._in_flight:
+                continue
+            for w in run_log.open_waits.values():
+                due = w.get("wakeAt") if w["kind"] == "sleep" else w.get("deadline")
+                left = from_iso(due) - now if due else 0.0
+                if left > 0:
+                    next_due = left if next_due is None else min(next_due, left)
+                if w["kind"] != "sleep" and len(waiters) < FAST_POLL_RUNS:
+                    waiters.append(run_id)
+        return waiters, next_due
+
+    def _event_arrived(self, run_ids: list[str]) -> bool:
+        now = self.world.clock.now()
+        for run_id in run_ids:
+            try:
+                run_log = self._log(run_id)
+                if self._locked_at.get(run_id) == run_log.last_sequence:
+                    continue  # another worker runs it; nothing new since
+                if self._is_due(run_log, now):
+                    return True
+            except LittleWorkflowError:
+                continue
+        return False
 
     def stop(self) -> None:
         self._stop.set()
