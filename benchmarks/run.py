@@ -307,7 +307,8 @@ def p7(row: Any) -> None:
     row("P7 send_event -> next step of a waiter in the same process / DBOS send -> recv",
         f"{ms(same):.1f} ms vs {ms(dbos['recv_same']):.0f} ms", median(same) / median(dbos["recv_same"]),
         "≤ 20 ms, < DBOS")
-    row("P7 send_event from another process -> a Worker process's next step (1 s sweep) / "
+    row("P7 send_event from another process -> a Worker process's next step (1 s sweep; logs of "
+        "runs waiting for an event read every 0.25 s) / "
         "DBOSClient.send from another process -> recv",
         f"{ms(other):.0f} ms (max {max(other) * 1e3:.0f}) vs {ms(dbos['recv_other']):.0f} ms",
         median(other) / median(dbos["recv_other"]), "≤ 1.1 s")
@@ -331,12 +332,13 @@ def p8(row: Any) -> None:
     drain = median([o["drain_per_s"] for o in ours])
     f, sl = median(fast), median(slow)
     best = max(f, sl)
-    row("P8 Worker(concurrency=8) on local_world / DBOS Queue(worker_concurrency=8), "
-        "polling_interval_sec=0.05 (the faster DBOS)",
-        f"{rate:.0f} vs {f:.0f} runs/s (ours: starts {starts:.0f}/s, drain {drain:.0f}/s)",
-        rate / best, "≥ 3×")
-    row("P8 same, DBOS polling_interval_sec=1.0 (default)", f"{rate:.0f} vs {sl:.0f} runs/s",
-        rate / sl, "—")
+    faster, other = ("0.05", "1.0") if f >= sl else ("1.0", "0.05")
+    row(f"P8 {P8_RUNS:,} runs: Worker(concurrency=8) on local_world / DBOS Queue("
+        f"worker_concurrency=8), polling_interval_sec={faster} (the faster DBOS)",
+        f"{rate:.0f} vs {best:.0f} runs/s (ours: starts alone {starts:.0f}/s, drain alone "
+        f"{drain:.0f}/s)", rate / best, "≥ 3×")
+    row(f"P8 same, DBOS polling_interval_sec={other}", f"{rate:.0f} vs {min(f, sl):.0f} runs/s",
+        rate / min(f, sl), "—")
 
 
 SETTINGS = [
@@ -374,8 +376,9 @@ SETTINGS = [
     "local_world; (a) `ctx.sleep(0.2)` in `run_workflow`, next step vs the committed "
     "`wakeAt` (and vs the time just before the sleep call + 0.2 s, as DBOS is measured); "
     "(b) the waiter blocked in `run_workflow` in a thread of the sending process; (c) the "
-    "run suspended and continued by `lw.Worker(...).run()` in another process (1 s sweep), "
-    "the event sent from the benchmark process. DBOS 3.x on SQLite (WAL, synchronous=FULL, "
+    "run suspended and continued by `lw.Worker(...).run()` in another process (a full "
+    "sweep every 1 s; between sweeps it reads the logs of runs it knows wait for an event "
+    "every 0.25 s), the event sent from the benchmark process. DBOS 3.x on SQLite (WAL, synchronous=FULL, "
     "its default 1 s notification polling): `DBOS.sleep(0.2)`, `DBOS.recv` in a workflow "
     "started with `DBOS.start_workflow`, `DBOS.send` from the same process, "
     "`DBOSClient.send` from a child process on the same SQLite file.",
