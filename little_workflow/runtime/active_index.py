@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import LittleWorkflowError
 from ..world.clock import to_iso
 from ..world.ids import RUN_ID_RE
 
@@ -42,12 +41,10 @@ def mark_active(world: Any, run_id: str, workflow_id: str) -> None:
 
 
 def mark_finished(world: Any, run_id: str) -> None:
-    """Drop the run from the index (after its terminal event). Best effort: an entry
-    left behind is removed by the next sweep that finds the run finished."""
-    try:
-        world.remove_file(entry_path(run_id))
-    except (OSError, LittleWorkflowError):
-        pass
+    """Drop the run from the index (after its terminal event). If the storage fails here
+    (a `StorageError`, like any other write), the entry left behind is removed by the
+    next sweep that finds the run finished."""
+    world.remove_file(entry_path(run_id))
 
 
 def active_run_ids(world: Any) -> list[str]:

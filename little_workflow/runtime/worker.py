@@ -119,7 +119,7 @@ class Worker:
                 # Its runner died between the terminal event and removing the entry.
                 self._finished.add(run_id)
                 self._logs.pop(run_id, None)
-                mark_finished(self.world, run_id)
+                self._unindex(run_id)
                 continue
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
@@ -137,6 +137,14 @@ class Worker:
                 del cache[run_id]
         self._finished &= listed
 
+    def _unindex(self, run_id: str) -> bool:
+        try:
+            mark_finished(self.world, run_id)
+        except LittleWorkflowError as e:
+            log.warning("could not remove the index entry of run %s: %s", run_id, e)
+            return False
+        return True
+
     def _orphan(self, run_id: str) -> None:
         """An entry with no run log: its creator may be about to append `run.created`.
         Removed once this worker has seen it without a log for the grace period."""
@@ -146,7 +154,8 @@ class Worker:
         self._logs.pop(run_id, None)
         if self.world.list_events(run_id):
             return  # created meanwhile: a run like any other from the next sweep
-        mark_finished(self.world, run_id)
+        if not self._unindex(run_id):
+            return
         self._no_log_since.pop(run_id, None)
         late = self.world.list_events(run_id)
         if late:  # created while we removed it: name it again
