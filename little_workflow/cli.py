@@ -19,6 +19,7 @@ from .ops.cli_support import (
     interruptible,
     is_storage_client_error,
     load_workflow,
+    load_workflows,
     open_world,
     plain_table,
     run_rows,
@@ -223,21 +224,7 @@ def fork(run_id: str, from_step: str | None, new_run_id: str | None, world: Any)
 
 
 def _load_workflows(target: str) -> list[Any]:
-    if ":" in target:
-        return [_load_workflow(target)]
-    import importlib
-    import os
-
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(target)
-    except ImportError as e:
-        raise UserError(f"cannot import module {target!r}: {e}") from None
-    found = [v for v in vars(module).values() if isinstance(v, lw.Workflow)]
-    if not found:
-        raise UserError(f"module {target!r} defines no workflow")
-    return found
+    return load_workflows(target)
 
 
 @cli.command()

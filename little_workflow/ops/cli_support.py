@@ -133,23 +133,38 @@ def _import_file(path_text: str) -> Any:
     return module
 
 
+def import_target_module(module_name: str) -> Any:
+    """A module named on the command line (`pkg.mod`, with the current directory on
+    sys.path, or `path/to/file.py`); any failure to import it is one CliError line."""
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        return _import_file(module_name)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise CliError(f"cannot import module {module_name!r}: {e}") from None
+    except Exception as e:
+        raise _import_failure(f"module {module_name!r}", e) from None
+
+
+def load_workflows(target: str) -> list[Workflow]:
+    """`MODULE:ATTR` as in `load_workflow`, or a bare MODULE: every workflow it defines."""
+    if ":" in target:
+        return [load_workflow(target)]
+    found = [v for v in vars(import_target_module(target)).values() if isinstance(v, Workflow)]
+    if not found:
+        raise CliError(f"module {target!r} defines no workflow")
+    return found
+
+
 def load_workflow(target: str) -> Workflow:
     """`MODULE:ATTR` (MODULE imported with the current directory on sys.path, as uvicorn
     does) or `path/to/file.py:ATTR`."""
     module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:
         raise CliError(f"expected MODULE:WORKFLOW or FILE.py:WORKFLOW, got {target!r}")
-    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
-        module = _import_file(module_name)
-    else:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            raise CliError(f"cannot import module {module_name!r}: {e}") from None
-        except Exception as e:
-            raise _import_failure(f"module {module_name!r}", e) from None
+    module = import_target_module(module_name)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
