@@ -3,6 +3,7 @@ started and stopped by the tests. In memory: nothing is left on disk."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -29,14 +30,19 @@ class Azurite:
             raise RuntimeError("azurite-blob is not installed: npm install -g azurite@3.37")
         self.port = _free_port()
         self.workdir = tempfile.mkdtemp(prefix="azurite-")  # its debug log, if any
-        self.process = subprocess.Popen(
-            [executable, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
-             "--skipApiVersionCheck", "--loose", "--inMemoryPersistence", "--silent"],
-            cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stderr goes to a file, not a pipe: a pipe nobody reads fills up after 64 KiB of
+        # warnings and then blocks the emulator in the middle of a request.
+        self.stderr_path = os.path.join(self.workdir, "stderr.log")
+        with open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                [executable, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                 "--skipApiVersionCheck", "--loose", "--inMemoryPersistence", "--silent"],
+                cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + 60
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"azurite-blob exited: {self.process.stderr.read().decode()}")
+                with open(self.stderr_path, errors="replace") as log:
+                    raise RuntimeError(f"azurite-blob exited: {log.read()[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 break

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import gc
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import weakref
 
 import pytest
@@ -148,6 +151,56 @@ def test_worlds_over_private_filesystems_are_not_kept_alive():
     gc.collect()
     alive = sum(1 for r in refs if r() is not None)
     assert alive == 0, f"{alive} private filesystems still alive after their Worlds were dropped"
+
+
+# The garbage collector runs a dropped World's finalizer in the middle of whatever
+# allocation triggered it: possibly while this very thread holds the storage's lock.
+# (Before the fix, the finalizer took that lock again and the thread hung for good: a CI
+# run stopped mid-suite for 80 minutes.) Each case runs in a child process with a deadline.
+_COLLECTED_UNDER_LOCK = textwrap.dedent("""
+    import gc, sys
+    import little_workflow as lw
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    fs = MemoryFileSystem(skip_instance_cache=True)
+    keeper = lw.virtual_world(fs, "/wf")        # keeps the shared storage state alive
+    for i in range(5):
+        dropped = lw.virtual_world(fs, "/wf")
+        dropped.cycle = dropped                 # only the cyclic collector can free it
+        dropped.append_event(f"run_gc{i}", "t", {"i": i})
+        del dropped
+        with keeper.state.lock:                 # a thread inside the storage's bookkeeping
+            gc.collect()                        # ... when the collector comes by
+    keeper.append_event("run_gc0", "t", {"after": True})
+    assert [e.sequence for e in keeper.list_events("run_gc0")] == [1, 2]
+    # The same under allocation-driven collection, as it happens in real programs.
+    gc.set_threshold(1, 1, 1)
+    for i in range(60):
+        w = lw.virtual_world(MemoryFileSystem(skip_instance_cache=True), f"/x{i}")
+        w.cycle = w
+        del w
+        lw.virtual_world(MemoryFileSystem(skip_instance_cache=True), f"/y{i}").append_event(
+            f"run_th{i}", "t", {})
+    print("ok")
+""")
+
+
+def test_a_world_collected_while_its_storage_lock_is_held_does_not_hang():
+    proc = subprocess.run([sys.executable, "-c", _COLLECTED_UNDER_LOCK],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_a_dropped_local_world_gives_its_connection_back_at_the_next_open(tmp_path):
+    world = lw.local_world(str(tmp_path / "lw"))
+    world.append_event("run_drop1", "t", {})
+    store = world.events
+    del world
+    gc.collect()
+    lw.local_world(str(tmp_path / "other")).close()  # any World opened or closed is a safe point
+    with pytest.raises((sqlite3.ProgrammingError, lw.StorageError)):
+        store.read_after("run_drop1", 0)
+    assert [e.sequence for e in lw.local_world(str(tmp_path / "lw")).list_events("run_drop1")] == [1]
 
 
 def test_close_releases_the_sqlite_connection_and_worlds_are_context_managers(tmp_path):

@@ -38,7 +38,7 @@ from .ids import (
 from .locks import CrossProcessLocks, held
 from .models import ArtifactManifest, Event, FrozenDict, FrozenList, thaw
 from .publish import Publisher, is_temp_name
-from .shared_state import RunLedger, StorageState
+from .shared_state import RunLedger, StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
 from .storage_errors import storage_error
 from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
@@ -179,8 +179,9 @@ class World:
         self.host_sources_allowed = host_sources_allowed
         self._cross_process_locks = cross_process_locks
         state.opened()
-        # A World dropped without close() still gives its share of the storage back.
-        self._finalizer = weakref.finalize(self, state.closed)
+        # A World dropped without close() still gives its share of the storage back, at
+        # the next safe point (a finalizer may run while this thread holds the state's lock).
+        self._finalizer = weakref.finalize(self, release_when_safe, state)
 
     def __repr__(self) -> str:
         return f"<World {self.kind} {self.data_dir}>"
@@ -188,7 +189,9 @@ class World:
     def close(self) -> None:
         """Release this World; the last World over a storage closes what they shared
         (local_world: the SQLite connection). Closing twice is harmless."""
-        self._finalizer()
+        if self._finalizer.detach() is not None:
+            self.state.closed()
+        release_dropped()
 
     @property
     def closed(self) -> bool:

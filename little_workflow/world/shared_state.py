@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -109,8 +110,31 @@ class StorageState:
 _states: "weakref.WeakValueDictionary[tuple[Any, ...], StorageState]" = weakref.WeakValueDictionary()
 _states_guard = threading.Lock()
 
+# Storages given back by Worlds that were dropped without close(). The garbage collector
+# runs a World's finalizer in the middle of whatever allocation triggered it — possibly in
+# a thread that holds `_states_guard` or the state's own lock, and `closed()` takes both:
+# closing there deadlocked that thread. So a finalizer only queues (an atomic append) and
+# the queue is worked off at points that hold no lock: the next World opened or closed.
+_dropped: "deque[StorageState]" = deque()
+
+
+def release_when_safe(state: StorageState) -> None:
+    """A World's finalizer: give `state` back at the next safe point."""
+    _dropped.append(state)
+
+
+def release_dropped() -> None:
+    """Give back the storage of every World dropped without close(). Call holding no lock."""
+    while True:
+        try:
+            state = _dropped.popleft()
+        except IndexError:
+            return
+        state.closed()
+
 
 def storage_state_for(fs: Any, root: str, *, local_dir: str | None = None) -> StorageState:
+    release_dropped()
     if local_dir is not None:
         key: tuple[Any, ...] = ("local", os.path.realpath(local_dir))
     else:
