@@ -101,6 +101,25 @@ def test_ownerless_lock_dir_respected_for_grace_window(tmp_path):
     assert not lock_dir.exists()
 
 
+def test_ownerless_lock_dir_from_before_the_last_boot_is_taken_over_at_once(tmp_path):
+    """Lock files are not fsynced (they only matter to this boot's processes): after a
+    power cut a lock dir may hold no owner.json, or an empty one. Older than the boot, it
+    is stale at once, with no grace window."""
+    from little_workflow.world.locks import boot_time
+
+    world = lw.local_world(str(tmp_path / "d"))
+    lock_dir = tmp_path / "d" / "locks" / hashlib.sha256(b"run_reboot").hexdigest()
+    lock_dir.mkdir(parents=True)
+    (lock_dir / "owner.json").write_bytes(b"")  # the rename reached the disk, the data did not
+    before_boot = boot_time() - 60
+    assert before_boot > 0
+    os.utime(lock_dir, (before_boot, before_boot))
+    t0 = time.time()
+    with world.run_lock("run_reboot"):
+        pass
+    assert time.time() - t0 < 5.0 and not lock_dir.exists()
+
+
 def test_release_only_by_token_holder(tmp_path):
     world = lw.local_world(str(tmp_path / "d"))
     owner_file = tmp_path / "d" / "locks" / hashlib.sha256(b"run_tok").hexdigest() / "owner.json"

@@ -203,6 +203,20 @@ def test_a_dropped_local_world_gives_its_connection_back_at_the_next_open(tmp_pa
     assert [e.sequence for e in lw.local_world(str(tmp_path / "lw")).list_events("run_drop1")] == [1]
 
 
+@lw.workflow(id="scratch-first-write")
+async def scratch_first_write(ctx, input):
+    before = ctx.scratch.ls("", detail=False)
+    ctx.scratch.pipe_file("a.txt", b"x")
+    return {"before": before, "after": ctx.scratch.ls("", detail=False)}
+
+
+def test_a_runs_scratch_folder_is_empty_until_its_first_write(world):
+    # Creating a run makes no scratch folder (no mkdir, no directory fsync per run);
+    # the view's root still reads as an empty folder.
+    out = lw.run_workflow(scratch_first_write, None, world=world, run_id="run_scr1").output
+    assert out == {"before": [], "after": ["a.txt"]}
+
+
 def test_close_releases_the_sqlite_connection_and_worlds_are_context_managers(tmp_path):
     with lw.local_world(str(tmp_path / "lw")) as world:
         lw.run_workflow(surface, {"n": 3}, world=world, run_id="run_close1")

@@ -28,10 +28,11 @@ def _world(world: Any) -> Any:
     return virtual_world(world) if isinstance(world, str) else world
 
 
-async def astart_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
-                          run_id: str | None = None) -> str:
+def _create_unless_exists(wf: Workflow, input: Any, world: Any, run_id: str | None) -> str:
+    """Create the run (validated first); an existing run with this id, workflow and input
+    is a no-op. Plain blocking code: no event loop is needed to write four records."""
     from .context import RunContext
-    from .runner import create_run, input_json, offload
+    from .runner import create_run_sync, input_json
 
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
@@ -40,7 +41,7 @@ async def astart_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
     world = _world(world)
     input_hash = content_hash(value)
     with world.run_lock(run_id):
-        log = RunLog.fold(run_id, await offload(world, world.list_events, run_id))
+        log = RunLog.fold(run_id, world.list_events(run_id))
         if log.created is not None:
             if log.created.get("workflowId") != wf.id:
                 raise WorkflowMismatchError(run_id, str(log.created.get("workflowId")), wf.id)
@@ -48,18 +49,22 @@ async def astart_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
                 raise InputMismatchError(run_id, str(log.created.get("inputHash")), input_hash)
             return run_id
         ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=value, log=log)
-        await create_run(ctx, wf, value, input_hash)
+        create_run_sync(ctx, wf, value, input_hash)
     notify_run(world, run_id)  # a worker in this process starts it without waiting a sweep
     return run_id
+
+
+async def astart_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
+                          run_id: str | None = None) -> str:
+    """`start_workflow` for async code: the writes run in a worker thread."""
+    return await asyncio.to_thread(_create_unless_exists, wf, input, world, run_id)
 
 
 def start_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
                    run_id: str | None = None) -> str:
     """Validate the input and create the run without executing it (a worker will);
     returns its run id."""
-    from .runner import run_sync
-
-    return run_sync(lambda: astart_workflow(wf, input, world=world, run_id=run_id))
+    return _create_unless_exists(wf, input, world, run_id)
 
 
 def cancel_run(world: Any, run_id: str, reason: str | None = None) -> None:

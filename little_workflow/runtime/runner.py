@@ -161,17 +161,25 @@ async def _run_locked(
     return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
 
 
-async def create_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
-                     extra: dict[str, Any] | None = None) -> None:
+def create_run_sync(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
+                    extra: dict[str, Any] | None = None) -> None:
+    """Write a new run: its version record, index entry, `run.created`. (The run's
+    scratch folder is made by its first write: a run that never uses it costs no mkdir
+    and no directory fsync.)"""
     world = ctx.world
-    await offload(world, register_version, world, wf)
-    await offload(world, world.ensure_dir, f"runs/{ctx.run_id}/scratch")
-    await offload(world, mark_active, world, ctx.run_id, wf.id)  # before run.created
-    await ctx.append("run.created", {
+    register_version(world, wf)
+    mark_active(world, ctx.run_id, wf.id)  # before run.created
+    ctx.append_sync("run.created", {
         "workflowId": wf.id, "workflowVersionId": wf.version_id,
         "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
         **(extra or {}),
     })
+
+
+async def create_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
+                     extra: dict[str, Any] | None = None) -> None:
+    # One thread hop for the four writes (each may block on an fsync or the network).
+    await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
 
 
 def to_output_json(value: Any, run_id: str) -> Any:

@@ -21,7 +21,6 @@ from typing import Iterator, Protocol
 
 from ..errors import RunLockedError
 from .ids import utc_now_iso
-from .publish import fsync_dir
 from .shared_state import StorageState
 
 OWNERLESS_GRACE_SECONDS = 30.0
@@ -59,6 +58,25 @@ def held(state: StorageState, name: str, label: str, backend: CrossProcessLocks 
                 del state.active_runs[name]
 
 
+def boot_time() -> float:
+    """When this machine booted (seconds since the epoch; 0.0 where unknown)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def made_before_this_boot(age_seconds: float) -> bool:
+    """A file this old was written before the machine last booted (by a process that is
+    gone for sure). btime has one-second resolution: allow one second."""
+    booted = boot_time()
+    return booted > 0 and time.time() - age_seconds < booted - 1
+
+
 def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -77,11 +95,19 @@ def process_start_time(pid: int) -> str:
         return ""
 
 
+_identity: dict[int, dict[str, object]] = {}  # pid -> identity (a forked child has its own)
+
+
 def this_process() -> dict[str, object]:
     """What identifies this process for real: a pid alone is reused, and containers that
-    share a data dir can each have the same pid."""
-    return {"pid": os.getpid(), "host": socket.gethostname(), "bootId": _boot_id(),
-            "startTime": process_start_time(os.getpid())}
+    share a data dir can each have the same pid. (Read once per process: none of it
+    changes while the process lives.)"""
+    pid = os.getpid()
+    me = _identity.get(pid)
+    if me is None:
+        me = _identity[pid] = {"pid": pid, "host": socket.gethostname(), "bootId": _boot_id(),
+                               "startTime": process_start_time(pid)}
+    return dict(me)
 
 
 def owner_state(owner: dict) -> str:
@@ -144,14 +170,16 @@ class DirectoryLocks:
         os.makedirs(self.locks_dir, exist_ok=True)
         lock_dir = os.path.join(self.locks_dir, name)
         token = uuid.uuid4().hex
-        # owner.json is written and fsynced *before* the lock directory exists, then
-        # renamed into it right after the mkdir: a crash can leave an ownerless lock dir
-        # only in the two system calls between mkdir and rename, not across an fsync.
+        # owner.json is written *before* the lock directory exists, then renamed into it
+        # right after the mkdir: a killed process can leave an ownerless lock dir only in
+        # the two system calls between mkdir and rename.
+        # No fsync: a lock matters only to the processes of this boot, which all see the
+        # same page cache. After a power cut every lock is stale whatever reached the disk:
+        # an owner.json names the old boot id (a dead owner), and a lock dir without a
+        # readable owner.json is older than the boot (taken over at once, no grace).
         staged = os.path.join(self.locks_dir, f".owner-{token}.tmp")
         with open(staged, "w") as f:
             json.dump({**this_process(), "token": token, "createdAt": utc_now_iso()}, f)
-            f.flush()
-            os.fsync(f.fileno())
         try:
             for _ in range(50):
                 try:
@@ -160,8 +188,6 @@ class DirectoryLocks:
                     self._respect_or_recover(name, lock_dir, label)
                     continue
                 os.rename(staged, os.path.join(lock_dir, "owner.json"))
-                fsync_dir(lock_dir)
-                fsync_dir(self.locks_dir)
                 return token
             raise RunLockedError(label, None, f" (could not take {lock_dir})")
         finally:
@@ -183,7 +209,7 @@ class DirectoryLocks:
         age = self._age(lock_dir)
         if age is None:
             return  # vanished meanwhile: try again
-        if age < self.grace_seconds:
+        if age < self.grace_seconds and not made_before_this_boot(age):
             raise RunLockedError(
                 label, None, f" (lock {lock_dir} is being created, no owner.json yet)")
         self._recover(name, lock_dir, None)

@@ -154,6 +154,8 @@ class WorldFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         found = self.world.file_info(self._rel(path))
         if found is None:
+            if not path:  # the view's own folder: made by its first write, empty until then
+                return {"type": "directory", "size": 0, "name": ""}
             raise FileNotFoundError(path)
         return {**found, "name": path}
 
