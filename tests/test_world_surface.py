@@ -211,8 +211,8 @@ async def scratch_first_write(ctx, input):
 
 
 def test_a_runs_scratch_folder_is_empty_until_its_first_write(world):
-    # Creating a run makes no scratch folder (no mkdir, no directory fsync per run);
-    # the view's root still reads as an empty folder.
+    # On object stores a folder exists only through its files: the view's own root
+    # still reads as an empty folder before the first write.
     out = lw.run_workflow(scratch_first_write, None, world=world, run_id="run_scr1").output
     assert out == {"before": [], "after": ["a.txt"]}
 

@@ -163,11 +163,10 @@ async def _run_locked(
 
 def create_run_sync(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
                     extra: dict[str, Any] | None = None) -> None:
-    """Write a new run: its version record, index entry, `run.created`. (The run's
-    scratch folder is made by its first write: a run that never uses it costs no mkdir
-    and no directory fsync.)"""
+    """Write a new run: its version record, scratch folder, index entry, `run.created`."""
     world = ctx.world
     register_version(world, wf)
+    world.ensure_dir(f"runs/{ctx.run_id}/scratch")
     mark_active(world, ctx.run_id, wf.id)  # before run.created
     ctx.append_sync("run.created", {
         "workflowId": wf.id, "workflowVersionId": wf.version_id,
