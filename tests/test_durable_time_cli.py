@@ -88,3 +88,38 @@ def test_worker_send_runs_cancel_fork(tmp_path):
         r = little(*args, cwd=cwd)
         assert r.returncode != 0 and r.stderr.count("\n") == 1, (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_little_cancel_from_another_process_stops_a_run_busy_with_fast_steps(tmp_path):
+    """A run that never waits still sees a cancel request another process appended: it
+    reads its log for other writers' events at a step boundary at least every second
+    (and only what others wrote since, not its own thousands of events)."""
+    data = str(tmp_path / ".little-workflow")
+    world = lw.local_world(data)
+    calls = []
+
+    def tick(i):
+        calls.append(i)
+        time.sleep(0.002)
+        return i
+
+    @lw.workflow(id="busy")
+    async def busy(ctx, input):
+        for i in range(3000):
+            await ctx.step(f"s{i}", tick, i)
+
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(lw.run_workflow, busy, None, world=world, run_id="run_busy")
+        wait_for(lambda: len(calls) > 50)
+        r = little("cancel", "run_busy", "--reason", "enough", cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr
+        asked_at = len(calls)
+        try:
+            fut.result(timeout=30)
+            raise AssertionError("the run was not cancelled")
+        except lw.RunCancelledError:
+            pass
+    assert len(calls) < 3000 and len(calls) - asked_at < 1500, (asked_at, len(calls))
+    assert lw.materialize_run_state(world, "run_busy").status == "cancelled"

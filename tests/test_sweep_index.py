@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from conftest import private_memory
 from s3_server import RequestCounter, put_objects_directly
 
 import little_workflow as lw
 from little_workflow.runtime import active_index
+from little_workflow.testing import SimulatedCrash
 
 SMALL = 100
 BIG = int(os.environ.get("LW_SWEEP_FINISHED_RUNS", "10000"))
@@ -95,6 +97,39 @@ def test_crash_between_terminal_event_and_index_removal_is_cleaned_by_the_sweep(
     finally:
         worker.close()
     assert active_index.active_run_ids(world) == []
+
+
+def test_a_power_cut_may_bring_a_finished_runs_entry_back_and_the_sweep_drops_it(tmp_path):
+    """The index entry is removed without a directory fsync (it costs one per run, and
+    its return is harmless): with the power going right after the run ends, the entry
+    comes back; the run is still completed, and the next sweep drops the entry without
+    running anything."""
+    from little_workflow.testing import PowerCutPosix, power_cut_filesystem
+
+    posix = PowerCutPosix(None)
+    data = str(tmp_path / "cut")
+    world = lw.virtual_world(power_cut_filesystem(posix), data)
+    lw.run_workflow(known, {"n": 1}, world=world, run_id="run_cut")
+    entry = "active/run_cut.json"
+    removal = max(i for i, op in enumerate(posix.operations) if op.startswith("unlink")
+                  and op.endswith(entry))
+    assert not any(op.startswith("fsync_dir") and op.endswith("/active")
+                   for op in posix.operations[removal:]), posix.operations[removal:]
+
+    again = PowerCutPosix(removal + 1)  # the same run, the power going right after that unlink
+    cut_world = lw.virtual_world(power_cut_filesystem(again), str(tmp_path / "again"))
+    with pytest.raises(SimulatedCrash):
+        lw.run_workflow(known, {"n": 1}, world=cut_world, run_id="run_cut")
+    os.rename(tmp_path / "again", tmp_path / "resumed")  # a fresh process's World
+    fresh = lw.virtual_world(f"file://{tmp_path / 'resumed'}")
+    assert active_index.active_run_ids(fresh) == ["run_cut"]
+    assert lw.materialize_run_state(fresh, "run_cut").status == "completed"
+    worker = lw.Worker(fresh, workflows=[known])
+    try:
+        assert worker.sweep() == 0
+    finally:
+        worker.close()
+    assert active_index.active_run_ids(fresh) == []
 
 
 def test_entry_with_no_run_log_is_kept_for_the_grace_period(memory_world, monkeypatch):

@@ -108,6 +108,8 @@ class RunContext:
         )
         with self._log_lock:
             self.log.apply(event)
+        if self.watch is not None:
+            self.watch.saw(event.sequence)
         if type_ in TERMINAL_EVENTS:
             mark_finished(self.world, self.run_id)  # after the terminal event
         return event
@@ -139,6 +141,8 @@ class RunContext:
             event = pending.result()
             with self._log_lock:
                 self.log.apply(event)
+            if self.watch is not None:
+                self.watch.saw(event.sequence)
         return event
 
     # ---- paths ----------------------------------------------------------------------

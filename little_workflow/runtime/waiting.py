@@ -143,6 +143,14 @@ class RunWatch:
             self.changed.set()
         return foreign
 
+    def saw(self, sequence: int) -> None:
+        """The run appended `sequence` itself. Right after what was read, it moves the
+        cursor: a refresh then reads only what others wrote since, not every event of
+        the run's own (thousands a second in a fast run)."""
+        with self._refresh_lock:
+            if sequence == self.cursor + 1:
+                self.cursor = sequence
+
     def at_boundary(self) -> None:
         """Before a step runs: a cancel request seen (or found by a poll due now) stops
         the run here. Works even when the workflow never yields to the event loop."""

@@ -211,9 +211,9 @@ class _FaultyPublisher(Publisher):
         self._op("list", path)
         return self.inner.list_names(path)
 
-    def remove(self, path: str) -> bool:
+    def remove(self, path: str, *, durable: bool = True) -> bool:
         self._op("remove", path)
-        return self.inner.remove(path)
+        return self.inner.remove(path, durable=durable)
 
     def info(self, path: str) -> dict[str, Any] | None:
         self._op("info", path)

@@ -585,10 +585,12 @@ class World:
             self.publisher.ensure_dir(path.rsplit("/", 1)[0])
             return self.publisher.publish_if_absent(path, bytes(data))
 
-    def remove_file(self, relative_path: str) -> bool:
+    def remove_file(self, relative_path: str, *, durable: bool = True) -> bool:
+        """Remove a file; False when there was none. `durable=False`: a power cut may
+        undo the removal (made durable by `sync()`, or by the next durable write there)."""
         path = self._file_path(relative_path)
         with _storage(path):
-            return self.publisher.remove(path)
+            return self.publisher.remove(path, durable=durable)
 
     def remove_dir(self, relative_path: str) -> None:
         """Remove an empty folder."""

@@ -78,8 +78,9 @@ class Publisher(ABC):
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
 
-    def remove(self, path: str) -> bool:
-        """Remove the file at `path`; False when there was none."""
+    def remove(self, path: str, *, durable: bool = True) -> bool:
+        """Remove the file at `path`; False when there was none. `durable=False`: a
+        removal a power cut may undo (for entries whose return does no harm)."""
         try:
             self.fs.rm_file(path)
         except FileNotFoundError:
@@ -192,12 +193,16 @@ class LocalPublisher(Publisher):
     def ensure_dir(self, path: str) -> None:
         self.posix.makedirs(path)
 
-    def remove(self, path: str) -> bool:
+    def remove(self, path: str, *, durable: bool = True) -> bool:
         try:
             self.posix.unlink(path)
         except FileNotFoundError:
             return False
-        self.posix.fsync_dir(os.path.dirname(path))
+        if durable:
+            self.posix.fsync_dir(os.path.dirname(path))
+        else:
+            with self._unsynced_lock:
+                self._unsynced_dirs.add(os.path.dirname(path))
         return True
 
     def remove_dir(self, path: str) -> None:
@@ -265,7 +270,7 @@ class MemoryPublisher(Publisher):
     def ensure_dir(self, path: str) -> None:
         return None  # memory files need no parent directories
 
-    def remove(self, path: str) -> bool:
+    def remove(self, path: str, *, durable: bool = True) -> bool:
         return self.fs.store.pop(self._key(path), None) is not None
 
     def remove_dir(self, path: str) -> None:
@@ -359,8 +364,8 @@ class PrefixedPublisher(Publisher):
     def sync(self) -> None:
         self.inner.sync()
 
-    def remove(self, path: str) -> bool:
-        return self.inner.remove(self._join(path))
+    def remove(self, path: str, *, durable: bool = True) -> bool:
+        return self.inner.remove(self._join(path), durable=durable)
 
     def remove_dir(self, path: str) -> None:
         self.inner.remove_dir(self._join(path))
