@@ -76,8 +76,11 @@ def input_json(wf: Workflow, input: Any, run_id: str) -> Any:
 
 
 async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
-    """Call a World method, in a worker thread where it may block for long."""
-    if world.blocking:
+    """Call a World method, in a worker thread where it may block for long — when other
+    tasks share the event loop (sibling steps, the caller's own app). The only task of
+    its loop (a plain `run_workflow`, a worker's run) calls inline: a thread hop would
+    only add latency (measured: two per run, most of a zero-step run's cost)."""
+    if world.blocking and len(asyncio.all_tasks()) > 1:
         return await asyncio.to_thread(fn, *args)
     return fn(*args)
 
