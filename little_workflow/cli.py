@@ -16,7 +16,6 @@ from .ops.cli_support import (
     error_text,
     format_duration,
     format_started,
-    interruptible,
     is_storage_client_error,
     load_workflow,
     load_workflows,
@@ -24,6 +23,7 @@ from .ops.cli_support import (
     plain_table,
     run_rows,
 )
+from .runtime.runner import interruptible
 from .world.ids import new_run_id
 from .world.verify import verify_world
 

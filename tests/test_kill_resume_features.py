@@ -14,6 +14,8 @@ import crash_scenarios
 import pytest
 from crashes import TESTS, child_env, read_ledger
 
+import little_workflow as lw
+
 
 @pytest.mark.parametrize("scenario", ["outer", "pipeline", "agent"])
 def test_sigkill_then_resume(scenario, tmp_path):
@@ -39,3 +41,59 @@ def test_sigkill_then_resume(scenario, tmp_path):
     # every piece of work committed exactly once in the log, and was called at least once
     # (the agent step itself writes no ledger line: only its model calls do)
     assert crash_scenarios.committed(data) - {"run_crash:agent"} == set(read_ledger(ledger))
+
+
+CTRL_C_SCRIPT = """
+import sys, time
+import little_workflow as lw
+
+def tick(i):
+    print("step", i, flush=True)
+    time.sleep(0.05)
+    return i
+
+@lw.workflow(id="ticks")
+async def ticks(ctx, input):
+    return sum([await ctx.step(f"t{i}", tick, i) for i in range(input)])
+
+try:
+    lw.run_workflow(ticks, 200, world=lw.local_world(sys.argv[1]), run_id="run_ctrlc")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_stops_run_workflow_of_sync_steps_at_once_and_the_run_resumes(tmp_path):
+    """Ctrl-C in a plain script (not the CLI) stops a run of synchronous steps at once,
+    as in any Python program; the run is left unfinished and resumes where it stopped."""
+    import signal as signal_
+    import subprocess
+    import sys
+    import time
+
+    data = str(tmp_path / "d")
+    script = tmp_path / "ticks.py"
+    script.write_text(CTRL_C_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), data], stdout=subprocess.PIPE,
+                            text=True)
+    for line in proc.stdout:
+        if line.startswith("step 5"):
+            break
+    sent = time.monotonic()
+    proc.send_signal(signal_.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 3, "Ctrl-C did not stop the run at once"
+    assert proc.returncode == 130 and "interrupted" in out, out[-500:]
+    world = lw.local_world(data)
+    state = lw.materialize_run_state(world, "run_ctrlc")
+    assert state.status == "running"  # unfinished, as after a crash
+    done = [s for s in state.steps.values() if s.status == "succeeded"]
+    assert 5 <= len(done) < 20
+    world.close()
+    again = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    ran = [int(line.split()[1]) for line in again.stdout.splitlines() if line.startswith("step")]
+    assert ran == list(range(len(done), 200))  # no committed step ran again
+    assert lw.materialize_run_state(lw.local_world(data), "run_ctrlc").status == "completed"

@@ -9,12 +9,8 @@ import importlib
 import importlib.util
 import os
 import re
-import signal
 import sys
-import threading
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, RuntimeIntegrityError, StorageError, WorldPathError
@@ -75,26 +71,6 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
         raise CliError(f"{missing}no data dir at {root}{why}; give the one you ran with, "
                        "e.g. --data-dir DIR")
     return local_world(root)
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def interruptible() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt at once, as in plain Python code. (`asyncio.run`
-    otherwise only cancels its task, which a workflow of synchronous steps never hands
-    the event loop a chance to deliver: the run would go on to its end.) A run stopped
-    this way is left unfinished, as after a crash, and resumes with the same run id."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, _raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 # --- loading a workflow -------------------------------------------------------------------

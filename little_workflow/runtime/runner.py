@@ -7,7 +7,10 @@ its context (`run_child`), so nothing here imports the features built on top."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable, Coroutine, TypeVar
 
 from ..errors import (
@@ -32,13 +35,36 @@ from .workflow import Workflow
 T = TypeVar("T")
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt at once, as in plain Python code. (`asyncio.run`
+    otherwise only cancels its task, which a workflow of synchronous steps never hands
+    the event loop a chance to deliver: the run would go on to its end.) A run stopped
+    this way is left unfinished, as after a crash, and resumes with the same run id.
+    Only in the main thread, and only where Ctrl-C still has Python's own handler."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine to completion from sync code — also inside a running event loop
     (a notebook cell), where it runs on a private loop in a worker thread."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(factory())
+        with interruptible():
+            return asyncio.run(factory())
     box: dict[str, Any] = {}
 
     def target() -> None:
