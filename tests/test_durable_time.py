@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import threading
 import time
 import uuid
@@ -357,6 +358,7 @@ def test_fork_from_the_first_failed_step_with_fixed_code(make_world):
     @lw.workflow(id="fixme", version="1")
     async def v1(ctx, input):
         a = await ctx.step("a", calls.fn("a", "A"))
+        ctx.plans.keep("route", {"via": a})
         b = await ctx.step("b", broken)
         return [a, b]
 
@@ -370,6 +372,11 @@ def test_fork_from_the_first_failed_step_with_fixed_code(make_world):
     assert state.forked_from == {"runId": "run_src", "stepPath": "b"}
     assert world.list_events(fork_id)[0].payload["forkedFrom"] == {"runId": "run_src",
                                                                     "stepPath": "b"}
+    # The kept plan comes with its record: the fork offers it to later runs too.
+    kept = [e.payload for e in world.list_events(fork_id) if e.type == "plan.kept"]
+    plan_file = f"runs/{{}}/planner-reuse/{kept[0]['workflowVersionId']}/route.json"
+    assert world.read_file(plan_file.format(fork_id)) == world.read_file(plan_file.format("run_src"))
+    assert json.loads(world.read_file(plan_file.format(fork_id))) == {"via": "A"}
 
     @lw.workflow(id="fixme", version="2")
     async def v2(ctx, input):

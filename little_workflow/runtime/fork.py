@@ -15,6 +15,7 @@ from ..world.ids import ARTIFACT_REF_PREFIX, validate_run_id
 from ..world.ids import new_run_id as make_run_id
 from ..world.models import thaw
 from .active_index import mark_active
+from .plans import copy_kept_plan
 from .state import RunLog
 
 #: Records of a workflow's history a fork copies (run.* events are the fork's own).
@@ -112,6 +113,8 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
                     and call_path not in finished_calls:
                 continue
             payload = _republish(world, thaw(e.payload), fork_id, copied_refs)
+            if e.type == "plan.kept":  # the file first, then its record (as Plans.keep)
+                copy_kept_plan(world, run_id, fork_id, payload)
             if e.type == "wait.completed" and isinstance(payload.get("signalSequence"), int):
                 payload["signalSequence"] = renumbered[payload["signalSequence"]]
             new = world.append_event(fork_id, e.type, payload,

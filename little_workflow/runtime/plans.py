@@ -13,12 +13,28 @@ from ..world.models import thaw
 PLANS_DIR = "planner-reuse"
 
 
+def plan_path(run_id: str, workflow_version_id: str, name: str) -> str:
+    """Where run `run_id` keeps plan `name` of its workflow version (relative to the World)."""
+    return f"runs/{run_id}/{PLANS_DIR}/{workflow_version_id}/{name}.json"
+
+
+def copy_kept_plan(world: Any, source_run: str, to_run: str, kept: dict[str, Any]) -> None:
+    """A fork's copy of a `plan.kept` record comes with the plan file it names, so the
+    fork offers the plan to later runs as its source does."""
+    name, version = kept.get("name"), kept.get("workflowVersionId")
+    if not isinstance(name, str) or not isinstance(version, str):
+        return
+    data = world.read_file(plan_path(source_run, version, name))
+    if data is not None:
+        world.write_file(plan_path(to_run, version, name), data)
+
+
 class Plans:
     def __init__(self, ctx: Any):
         self._ctx = ctx
 
     def _relative(self, run_id: str, name: str) -> str:
-        return f"runs/{run_id}/{PLANS_DIR}/{self._ctx.workflow.version_id}/{name}.json"
+        return plan_path(run_id, self._ctx.workflow.version_id, name)
 
     def keep(self, name: str, value: Any) -> None:
         """Keep `value` (JSON) as plan `name` of this run's workflow version."""
