@@ -292,3 +292,68 @@ def test_memory_reads_in_a_workflow_body_are_part_of_the_history(make_world):
     assert reads[0]["contentHash"].startswith("sha256:")
     world.memory("workflow", "reads").write_text("flag.txt", "third")
     assert lw.replay_run(world, "run_reads1", reads_memory).output == result.output
+
+
+def test_a_world_opened_while_another_thread_gives_back_a_dropped_one_keeps_its_storage(
+        tmp_path, monkeypatch):
+    """The storage is counted for a new World as it is handed out: a thread that gives
+    back the storage of a dropped World in between cannot close it under the new one."""
+    import threading
+
+    from little_workflow.world import core
+
+    data, other = str(tmp_path / "d"), str(tmp_path / "other")
+    first = lw.local_world(data)
+    reached, go = threading.Event(), threading.Event()
+    original = core.World.__init__
+
+    def slow_init(self, **kwargs):
+        if threading.current_thread().name == "opener":
+            reached.set()
+            go.wait(10)  # storage handed out, World not built yet
+        original(self, **kwargs)
+
+    monkeypatch.setattr(core.World, "__init__", slow_init)
+    box = {}
+    opener = threading.Thread(target=lambda: box.setdefault("w", lw.local_world(data)),
+                              name="opener")
+    opener.start()
+    assert reached.wait(10)
+    state = first.state
+    del first
+    gc.collect()  # dropped without close(): queued
+    lw.local_world(other).close()  # any open or close gives queued storages back
+    go.set()
+    opener.join(10)
+    second = box["w"]
+    assert second.state is state and lw.local_world(data).state is state
+    second.append_event("run_race1", "t", {})  # its SQLite connection is open
+    assert [e.sequence for e in second.list_events("run_race1")] == [1]
+
+
+def test_a_run_on_the_callers_own_event_loop_does_not_stall_it(memory_world):
+    """On a loop the caller owns, a World call that blocks goes to a thread: the caller's
+    timers keep firing while a slow store answers (here: 0.3 s per log read)."""
+    import asyncio
+    import time
+
+    def slow(name, args, kwargs):
+        if name == "list_events":
+            time.sleep(0.3)
+
+    traced = lw.tracing_world(memory_world, slow)
+    traced.blocking = True  # a store whose calls block (as local disk, S3)
+
+    async def main():
+        beats = []
+        loop = asyncio.get_running_loop()
+
+        def beat():
+            beats.append(1)
+            loop.call_later(0.02, beat)
+
+        loop.call_later(0.02, beat)
+        await lw.arun_workflow(surface, {"n": 1}, world=traced, run_id="run_own_loop")
+        return len(beats)
+
+    assert asyncio.run(main()) >= 10  # about 0.3 s / 0.02 s of them

@@ -21,6 +21,7 @@ from ..world.ids import canonical_json, validate_step_path
 from ..world.models import Event, thaw
 from .active_index import TERMINAL_EVENTS, mark_finished
 from .bash_steps import run_bash_step
+from .loops import may_block_loop
 from .memory import RunMemory
 from .pipeline import call_workflow
 from .plans import Plans
@@ -117,10 +118,11 @@ class RunContext:
     async def append(
         self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
     ) -> Event:
-        if durable and self.world.blocking and len(asyncio.all_tasks()) > 1:
+        if durable and self.world.blocking and not may_block_loop():
             # An fsync or a network round trip: keep the event loop free for the other
-            # tasks (sibling steps). With no other task the thread hop would only add
-            # latency, so a serial workflow appends inline; so do non-durable appends,
+            # tasks (sibling steps, the caller's app). Alone on a loop of ours the thread
+            # hop would only add latency, so a serial workflow appends inline; so do
+            # non-durable appends,
             # whose commit is short (measured: moving them to threads halved the
             # throughput of a parallel group on local_world).
             return await asyncio.to_thread(

@@ -28,6 +28,7 @@ from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_i
 from ..world.models import thaw
 from .active_index import mark_active
 from .context import INLINE_OUTPUT_LIMIT, RunContext
+from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
 from .workflow import Workflow
@@ -64,12 +65,12 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         with interruptible():
-            return asyncio.run(factory())
+            return run_on_own_loop(factory)
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(factory())
+            box["value"] = run_on_own_loop(factory)
         except BaseException as e:  # handed back to the caller's thread below
             box["error"] = e
 
@@ -102,11 +103,11 @@ def input_json(wf: Workflow, input: Any, run_id: str) -> Any:
 
 
 async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
-    """Call a World method, in a worker thread where it may block for long — when other
-    tasks share the event loop (sibling steps, the caller's own app). The only task of
-    its loop (a plain `run_workflow`, a worker's run) calls inline: a thread hop would
-    only add latency (measured: two per run, most of a zero-step run's cost)."""
-    if world.blocking and len(asyncio.all_tasks()) > 1:
+    """Call a World method, in a worker thread where it may block for long — unless the
+    run is alone on a loop of ours (a plain `run_workflow`, a worker's run), where a
+    thread hop would only add latency (measured: two per run, most of a zero-step run's
+    cost). See loops.py."""
+    if world.blocking and not may_block_loop():
         return await asyncio.to_thread(fn, *args)
     return fn(*args)
 

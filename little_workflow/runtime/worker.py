@@ -22,6 +22,7 @@ from ..errors import LittleWorkflowError, RunLockedError
 from ..world.clock import from_iso
 from ..world.models import thaw
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
+from .loops import own
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
 from .waiting import WAIT_POLL_SECONDS, listen, unlisten
@@ -175,7 +176,7 @@ class Worker:
         # (asyncio.run) also builds and joins a default executor thread every time.
         loop = getattr(self._thread_state, "loop", None)
         if loop is None:
-            loop = self._thread_state.loop = asyncio.new_event_loop()
+            loop = self._thread_state.loop = own(asyncio.new_event_loop())
             self._loops.append(loop)
         return loop
 

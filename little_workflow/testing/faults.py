@@ -269,6 +269,7 @@ def faulty_local_world(data_dir: str, plan: FaultPlan, **kwargs: Any) -> Any:
     # A separate in-process state: the crashed "process" must not share caches or locks
     # with the World that resumes afterwards.
     state = StorageState(key=("faulty", root, uuid.uuid4().hex))
+    state.opened()  # counted for the World below, as storage_state_for would
     state.closers.append(store.close)
     fs = LocalFileSystem()
     return World(

@@ -178,9 +178,9 @@ class World:
         self.step_slots = StepSlots(max_concurrent_steps)
         self.host_sources_allowed = host_sources_allowed
         self._cross_process_locks = cross_process_locks
-        state.opened()
-        # A World dropped without close() still gives its share of the storage back, at
-        # the next safe point (a finalizer may run while this thread holds the state's lock).
+        # `state` comes counted for this World (storage_state_for). A World dropped
+        # without close() still gives its share of the storage back, at the next safe
+        # point (a finalizer may run while this thread holds the state's lock).
         self._finalizer = weakref.finalize(self, release_when_safe, state)
 
     def __repr__(self) -> str:

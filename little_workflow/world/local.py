@@ -46,25 +46,29 @@ def local_world(
             raise storage_error(e, os.path.join(root, sub)) from None
     fs = LocalFileSystem()
     state = storage_state_for(fs, root, local_dir=root)
-    # One SQLite connection per storage in this process: Worlds over one data dir share
-    # it, and the last of them to close (or be collected) closes it.
-    with state.lock:
-        store = state.resources.get("sqlite")
-        if store is None or store.closed:
-            store = state.resources["sqlite"] = SqliteEventStore(
-                os.path.join(root, "events", "events.db")
-            )
-            state.closers.append(store.close)
-            weakref.finalize(state, store.close)
-    return World(
-        kind="local",
-        files=fs,
-        data_dir=root,
-        events=store,
-        publisher=LocalPublisher(fs),
-        state=state,
-        cross_process_locks=DirectoryLocks(os.path.join(root, "locks")),
-        max_concurrent_steps=max_concurrent_steps,
-        host_sources_allowed=True,
-        clock=clock,
-    )
+    try:
+        # One SQLite connection per storage in this process: Worlds over one data dir
+        # share it, and the last of them to close (or be collected) closes it.
+        with state.lock:
+            store = state.resources.get("sqlite")
+            if store is None or store.closed:
+                store = state.resources["sqlite"] = SqliteEventStore(
+                    os.path.join(root, "events", "events.db")
+                )
+                state.closers.append(store.close)
+                weakref.finalize(state, store.close)
+        return World(
+            kind="local",
+            files=fs,
+            data_dir=root,
+            events=store,
+            publisher=LocalPublisher(fs),
+            state=state,
+            cross_process_locks=DirectoryLocks(os.path.join(root, "locks")),
+            max_concurrent_steps=max_concurrent_steps,
+            host_sources_allowed=True,
+            clock=clock,
+        )
+    except BaseException:
+        state.closed()  # no World took the count
+        raise

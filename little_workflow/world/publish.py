@@ -153,9 +153,16 @@ class LocalPublisher(Publisher):
             except FileNotFoundError:
                 pass
         if durable:
-            self.posix.fsync_dir(directory)
+            # Taken off the list *before* the fsync: a non-durable change another thread
+            # makes meanwhile puts the folder back on it, and no change is left unsynced.
             with self._unsynced_lock:
                 self._unsynced_dirs.discard(directory)
+            try:
+                self.posix.fsync_dir(directory)
+            except BaseException:
+                with self._unsynced_lock:
+                    self._unsynced_dirs.add(directory)
+                raise
         else:
             # The name survives a process kill now; a power cut only once the directory
             # is synced — by the next durable publish there, or by sync().
@@ -166,8 +173,14 @@ class LocalPublisher(Publisher):
     def sync(self) -> None:
         with self._unsynced_lock:
             pending, self._unsynced_dirs = self._unsynced_dirs, set()
-        for directory in pending:
-            self.posix.fsync_dir(directory)
+        ordered = sorted(pending)
+        for i, directory in enumerate(ordered):
+            try:
+                self.posix.fsync_dir(directory)
+            except BaseException:
+                with self._unsynced_lock:  # not synced: still owed
+                    self._unsynced_dirs.update(ordered[i:])
+                raise
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         directory = os.path.dirname(path)

@@ -77,19 +77,23 @@ class StorageState:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def opened(self) -> None:
+        """One more World uses this storage (`storage_state_for` counts it as it hands
+        the state out, so no other thread can give the state back in between)."""
         with self.lock:
             self.open_worlds += 1
 
     def closed(self) -> None:
-        """A World over this storage was closed: the last one closes shared resources."""
-        with self.lock:
-            self.open_worlds -= 1
-            if self.open_worlds > 0:
-                return
-            closers, self.closers = self.closers, []
-            self.resources.clear()
-            self.ledgers.clear()
+        """A World over this storage was closed: the last one closes shared resources.
+        Counted down and unregistered under the registry's guard: a World being opened
+        meanwhile either gets this state before it closes, or a fresh one."""
         with _states_guard:
+            with self.lock:
+                self.open_worlds -= 1
+                if self.open_worlds > 0:
+                    return
+                closers, self.closers = self.closers, []
+                self.resources.clear()
+                self.ledgers.clear()
             if _states.get(self.key) is self:
                 del _states[self.key]
         for close in closers:
@@ -150,4 +154,5 @@ def storage_state_for(fs: Any, root: str, *, local_dir: str | None = None) -> St
         state = _states.get(key)
         if state is None:
             state = _states[key] = StorageState(key=key)
+        state.opened()  # the caller's World owns this count: it gives it back (closed())
         return state

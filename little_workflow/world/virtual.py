@@ -72,17 +72,21 @@ def virtual_world(
 
         root = os.path.abspath(root)
     publisher = publisher_for(fs)
-    state = storage_state_for(fs, root)
     publisher.ensure_dir(root)
-    return World(
-        kind=f"virtual({type(fs).__name__})",
-        files=fs,
-        data_dir=root,
-        events=FileEventStore(publisher, root),
-        publisher=publisher,
-        state=state,
-        cross_process_locks=getattr(publisher, "cross_process_locks", lambda root: None)(root),
-        max_concurrent_steps=max_concurrent_steps,
-        host_sources_allowed=False,
-        clock=clock,
-    )
+    state = storage_state_for(fs, root)
+    try:
+        return World(
+            kind=f"virtual({type(fs).__name__})",
+            files=fs,
+            data_dir=root,
+            events=FileEventStore(publisher, root),
+            publisher=publisher,
+            state=state,
+            cross_process_locks=getattr(publisher, "cross_process_locks", lambda root: None)(root),
+            max_concurrent_steps=max_concurrent_steps,
+            host_sources_allowed=False,
+            clock=clock,
+        )
+    except BaseException:
+        state.closed()  # no World took the count
+        raise
