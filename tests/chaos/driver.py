@@ -1,0 +1,270 @@
+"""One chaos run on one backend: start the processes, SIGKILL and SIGSTOP/SIGCONT them
+at random (seeded), stop them all, drain (a clean worker runs everything to its end),
+then check the histories (`history.check`), the actors' incidents and `little verify`.
+
+`run_chaos(...)` returns a `ChaosResult`; its `.report` prints the seed, every violation
+and the offending histories (events and ledger lines)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from chaos import history
+from chaos.flows import LEDGER_ENV, STEP_SECONDS_ENV, WAIT_RESULT_STEPS, WORKER_TARGETS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+ROOT = os.path.dirname(TESTS)
+LITTLE = [sys.executable, "-c", "from little_workflow.cli import main; main()"]
+
+#: Roles that run steps (killed and paused); the others are killed now and then only.
+EXECUTORS = ("worker0", "worker1", "pipeliner", "starter")
+ACTOR_ROLES = ("starter", "sender", "sender-deadline", "canceller", "forker", "gc",
+               "pipeliner", "cli")
+
+
+@dataclass
+class ChaosResult:
+    kind: str
+    seed: int
+    violations: list[history.Violation]
+    report: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Proc:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: str):
+        self.name, self.argv, self.env, self.log_path = name, argv, env, log_path
+        self.popen: subprocess.Popen | None = None
+        self.stopped_until: float | None = None
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as out:
+            self.popen = subprocess.Popen(self.argv, env=self.env, stdout=out,
+                                          stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def signal(self, sig: int) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.stopped_until is not None:
+            self.signal(signal.SIGCONT)
+            self.stopped_until = None
+        self.signal(signal.SIGKILL)
+        if self.popen is not None:
+            self.popen.wait()
+
+
+def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
+              extra_env: dict[str, str] | None = None, stop_max: float = 1.5,
+              fence_slack: float = 1.0, exclusive: bool = True,
+              drain_seconds: float = 25.0, pace: float = 1.0, open_world: Callable[[], Any]) -> ChaosResult:
+    """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
+    check. `open_world()` gives the checker a fresh World on the same storage."""
+    rng = random.Random(seed)
+    os.makedirs(workdir, exist_ok=True)
+    ledger = os.path.join(workdir, "ledger.jsonl")
+    env = {**os.environ, **(extra_env or {}),
+           "PYTHONPATH": os.pathsep.join([ROOT, TESTS]),
+           LEDGER_ENV: ledger, STEP_SECONDS_ENV: "0.03", "LW_CHAOS_PACE": str(pace)}
+    started = time.time()
+    end = 0.0  # written to workdir/end once every process is up
+    procs: dict[str, Proc] = {}
+    restarts = 0
+
+    def actor_argv(role: str, until: float = 0.0) -> list[str]:
+        return [sys.executable, "-m", "chaos.actors", role, spec,
+                str(seed * 1000 + restarts), str(until), workdir]
+
+    def spawn(name: str) -> Proc:
+        if name.startswith("worker"):
+            argv = LITTLE + ["worker", *WORKER_TARGETS, "--concurrency", "4",
+                             *world_args(spec)]
+        else:
+            argv = actor_argv(name)
+        return Proc(name, argv, env, os.path.join(workdir, f"{name}.log"))
+
+    for name in ("worker0", "worker1", *ACTOR_ROLES):
+        procs[name] = spawn(name)
+    wait_until_ready(procs.values(), timeout=60)
+    ready_seconds = time.time() - started
+    end = time.time() + seconds
+    with open(os.path.join(workdir, "end.tmp"), "w") as f:
+        f.write(repr(end))
+    os.replace(os.path.join(workdir, "end.tmp"), os.path.join(workdir, "end"))
+    chaos_started = time.time()
+    kills = stops = 0
+    try:
+        next_blow = time.time() + rng.uniform(0.5, 1.2)
+        while time.time() < end:
+            now = time.time()
+            for p in procs.values():
+                if p.stopped_until is not None and p.stopped_until <= now:
+                    p.signal(signal.SIGCONT)
+                    p.stopped_until = None
+            if now >= next_blow:
+                victim = procs[rng.choice(EXECUTORS) if rng.random() < 0.85
+                               else rng.choice(("sender", "sender-deadline", "gc", "forker",
+                                                "canceller"))]
+                if victim.name in EXECUTORS and victim.stopped_until is None \
+                        and rng.random() < 0.45:
+                    victim.signal(signal.SIGSTOP)
+                    victim.stopped_until = now + rng.uniform(0.2, stop_max)
+                    stops += 1
+                else:
+                    victim.kill()
+                    restarts += 1
+                    procs[victim.name] = spawn(victim.name)
+                    kills += 1
+                next_blow = now + rng.uniform(0.6, 1.6) * pace
+            time.sleep(0.05)
+    finally:
+        for p in procs.values():
+            p.kill()
+    chaos_seconds = time.time() - chaos_started
+
+    drain = subprocess.run(actor_argv("drain", time.time() + drain_seconds),
+                           env=env, cwd=ROOT, capture_output=True, text=True)
+    drain_text = drain.stdout + drain.stderr
+    drain_seconds_taken = time.time() - chaos_started - chaos_seconds
+
+    world = open_world()
+    logs = history.read_world(world)
+    entries = history.read_ledger(ledger)
+    options = history.Options(wait_result_steps=WAIT_RESULT_STEPS, fence_slack=fence_slack,
+                              exclusive=exclusive)
+    violations = history.check(logs, entries, options)
+    warnings: list[str] = []
+    seen: dict[tuple[str, str, str], int] = {}
+    for rec in read_incidents(workdir):
+        if rec["kind"] == "verify-during-chaos":
+            warnings.append(f"{rec['role']}: little verify during the chaos: {rec['detail'][:300]}")
+            continue
+        key = (rec["kind"], rec.get("run") or "-", rec["detail"].splitlines()[0][:200])
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] == 1:
+            violations.append(history.Violation(
+                f"incident-{rec['kind']}", key[1], f"{rec['role']} pid {rec['pid']}: {rec['detail']}"))
+    verify = subprocess.run(LITTLE + ["verify", "--json"] + world_args(spec), env=env,
+                            cwd=ROOT, capture_output=True, text=True)
+    if verify.returncode != 0:
+        violations.append(history.Violation("verify", "-", (verify.stdout + verify.stderr)[-2000:]))
+    if drain.returncode != 0:
+        violations.append(history.Violation("drain", "-", drain_text[-2000:]))
+
+    counts: dict[str, int] = {}
+    for p in procs.values():
+        counts.update(actor_counts(p.log_path, p.name))
+    statuses: dict[str, int] = {}
+    for events in logs.values():
+        s = "unreadable" if isinstance(events, BaseException) else history.status(events) or "open"
+        statuses[s] = statuses.get(s, 0) + 1
+    stats = {"kind": kind, "seed": seed, "ready_s": round(ready_seconds, 1),
+             "chaos_s": round(chaos_seconds, 1), "drain_s": round(drain_seconds_taken, 1),
+             "total_s": round(time.time() - started, 1), "kills": kills, "stops": stops,
+             "runs_left": len(logs), "statuses": statuses, "executions": len(entries),
+             "incarnations": len({(r["run"], r["inc"]) for r in entries}),
+             "warnings": len(warnings)}
+    header = (f"chaos on {kind}: seed {seed} (reproduce: LW_CHAOS_SEED={seed} "
+              f"LW_CHAOS_SECONDS=…), {json.dumps(stats)}; process logs in {workdir}")
+    report = header
+    if violations:
+        report = history.format_report(violations, logs, entries, header,
+                                       raw=history.read_raw(world, logs))
+    if warnings:
+        report += "\nwarnings:\n" + "\n".join(warnings[:5])
+    return ChaosResult(kind, seed, violations, report, stats)
+
+
+class MotoProcess:
+    """A moto S3 server in its own process (the chaos sends it thousands of requests: in
+    the test process it would compete with the driver for one interpreter lock)."""
+
+    def __init__(self, workdir: str):
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "moto.log"), "ab") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-c", "from moto.server import main; main()",
+                 "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT)
+        self.storage_options = {
+            "key": "testing", "secret": "testing",
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
+        }
+        self.env = {"FSSPEC_S3_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                    "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        deadline = time.time() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    break
+            except OSError:
+                if time.time() > deadline or self.popen.poll() is not None:
+                    raise RuntimeError(f"moto did not start (see {workdir}/moto.log)")
+                time.sleep(0.1)
+
+    def filesystem(self) -> Any:
+        import s3fs
+
+        return s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+
+    def new_bucket(self, name: str) -> str:
+        self.filesystem().call_s3("create_bucket", Bucket=name)
+        return name
+
+    def stop(self) -> None:
+        self.popen.kill()
+        self.popen.wait()
+
+
+def wait_until_ready(procs: Any, timeout: float) -> None:
+    """Until every process has printed its first line (`ready ROLE`, `worker: …`)."""
+    deadline = time.time() + timeout
+    waiting = list(procs)
+    while waiting and time.time() < deadline:
+        waiting = [p for p in waiting if os.path.getsize(p.log_path) == 0]
+        time.sleep(0.05)
+
+
+def world_args(spec: str) -> list[str]:
+    if spec.startswith("local:"):
+        return ["--data-dir", spec[len("local:"):]]
+    return ["--world", spec]
+
+
+def read_incidents(workdir: str) -> list[dict[str, Any]]:
+    path = os.path.join(workdir, "incidents.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def actor_counts(log_path: str, name: str) -> dict[str, int]:
+    """The last summary line an actor printed (killed ones print none)."""
+    out: dict[str, int] = {}
+    try:
+        with open(log_path) as f:
+            for line in f:
+                if line.startswith('{"role"'):
+                    for k, v in json.loads(line)["counts"].items():
+                        out[f"{name}.{k}"] = out.get(f"{name}.{k}", 0) + v
+    except (OSError, ValueError):
+        pass
+    return out
