@@ -107,11 +107,11 @@ class Actor:
                           f"{what}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
         return None
 
-    def pause(self, low: float, high: float) -> bool:
+    def pause(self, low: float, high: float, pace: float = PACE) -> bool:
         left = self.end - time.time()
         if left <= 0:
             return False
-        time.sleep(min(left, self.rng.uniform(low, high) * PACE))
+        time.sleep(min(left, self.rng.uniform(low, high) * pace))
         return time.time() < self.end
 
     def some_run(self) -> str:
@@ -126,7 +126,7 @@ class Actor:
     # ---- roles ----------------------------------------------------------------------
 
     def starter(self) -> None:
-        while self.pause(0.08, 0.3):
+        while self.pause(0.05, 0.25, pace=1.0):
             roll = self.rng.random()
             if roll < 0.15:  # a run id nobody reuses
                 run_id = f"run_u{uuid.uuid4().hex[:10]}"
@@ -210,7 +210,7 @@ class Actor:
 
     def cli(self) -> None:
         base = [sys.executable, "-c", "from little_workflow.cli import main; main()"]
-        while self.pause(0.3, 0.9):
+        while self.pause(0.8, 2.0):
             run_id = self.some_run()
             command = self.rng.choice([
                 ["runs"], ["events", run_id, "--json"], ["verify", "--json"],
@@ -234,7 +234,11 @@ class Actor:
 
     def drain(self) -> None:
         """After the chaos: run everything to its end (waits time out on their own)."""
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         worker = lw.Worker(self.world, workflows=[flows.chaos, flows.chaos_child])
+        pending: list[str] = []
         try:
             while time.time() < self.end:
                 pending = []
@@ -255,6 +259,11 @@ class Actor:
                 time.sleep(0.2)
         finally:
             worker.close()
+        for run_id in pending:
+            state = self.attempt("read", run_id, lambda r=run_id: lw.materialize_run_state(
+                self.world, r))
+            print(f"left unfinished: {run_id} {state.status if state else '?'} "
+                  f"{state.waiting if state else ''}", flush=True)
 
     def run(self) -> None:
         getattr(self, self.role.replace("-", "_"))()

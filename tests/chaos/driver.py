@@ -25,8 +25,10 @@ TESTS = os.path.dirname(HERE)
 ROOT = os.path.dirname(TESTS)
 LITTLE = [sys.executable, "-c", "from little_workflow.cli import main; main()"]
 
-#: Roles that run steps (killed and paused); the others are killed now and then only.
+#: Roles that run steps (killed and paused; the starter only paused: a restart costs a
+#: loaded machine seconds of imports); the others are killed now and then.
 EXECUTORS = ("worker0", "worker1", "pipeliner", "starter")
+PAUSE_ONLY = ("starter",)
 ACTOR_ROLES = ("starter", "sender", "sender-deadline", "canceller", "forker", "gc",
                "pipeliner", "cli")
 
@@ -68,7 +70,8 @@ class Proc:
 def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               extra_env: dict[str, str] | None = None, stop_max: float = 1.5,
               fence_slack: float = 1.0, exclusive: bool = True,
-              drain_seconds: float = 25.0, pace: float = 1.0, open_world: Callable[[], Any]) -> ChaosResult:
+              drain_seconds: float = 25.0, pace: float = 1.0, stop_share: float = 0.45,
+              stop_min: float = 0.2, open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage."""
     rng = random.Random(seed)
@@ -117,11 +120,11 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                                else rng.choice(("sender", "sender-deadline", "gc", "forker",
                                                 "canceller"))]
                 if victim.name in EXECUTORS and victim.stopped_until is None \
-                        and rng.random() < 0.45:
+                        and (victim.name in PAUSE_ONLY or rng.random() < stop_share):
                     victim.signal(signal.SIGSTOP)
-                    victim.stopped_until = now + rng.uniform(0.2, stop_max)
+                    victim.stopped_until = now + rng.uniform(stop_min, stop_max)
                     stops += 1
-                else:
+                elif victim.name not in PAUSE_ONLY:
                     victim.kill()
                     restarts += 1
                     procs[victim.name] = spawn(victim.name)
@@ -136,6 +139,8 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     drain = subprocess.run(actor_argv("drain", time.time() + drain_seconds),
                            env=env, cwd=ROOT, capture_output=True, text=True)
     drain_text = drain.stdout + drain.stderr
+    with open(os.path.join(workdir, "drain.log"), "w") as f:
+        f.write(drain_text)
     drain_seconds_taken = time.time() - chaos_started - chaos_seconds
 
     world = open_world()
@@ -183,6 +188,8 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                                        raw=history.read_raw(world, logs))
     if warnings:
         report += "\nwarnings:\n" + "\n".join(warnings[:5])
+    if any(v.rule == "unfinished" for v in violations):
+        report += "\nthe drain said:\n" + drain_text[-3000:]
     return ChaosResult(kind, seed, violations, report, stats)
 
 
