@@ -243,10 +243,13 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
         try:
             bucket = moto.new_bucket("lw-chaos")
             env = {**moto.env, "LW_LEASE_SECONDS": str(LEASE)}
-            stop_max = 2.5 * LEASE  # paused past the lease: another worker takes the run over
+            # Paused past the lease (the store judges expiry in whole seconds: lease + 1 s
+            # at least), and resumed as soon as another worker has taken a lock over.
+            stop_max = LEASE + 6.0
             result = run_chaos(
                 kind, f"s3://{bucket}/wf", SEED, seconds, workdir, extra_env=env,
-                stop_max=stop_max, stop_min=LEASE, stop_share=0.7,
+                stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.7,
+                lock_owners=moto.lock_owners(f"{bucket}/wf"),
                 fence_slack=stop_max + 2 * LEASE, exclusive=False, pace=2.0, drain_seconds=45,
                 open_world=lambda: lw.virtual_world(moto.filesystem(), f"{bucket}/wf"))
         finally:

@@ -92,14 +92,18 @@ class Actor:
         finally:
             os.close(fd)
 
-    def attempt(self, what: str, run_id: str | None, fn: Callable[[], Any]) -> Any:
-        """Call fn; expected refusals are counted, alarming ones written down."""
+    def attempt(self, what: str, run_id: str | None, fn: Callable[[], Any],
+                wrong: tuple[type[BaseException], ...] = ()) -> Any:
+        """Call fn; expected refusals are counted, alarming ones written down (`wrong`:
+        errors this call may never raise)."""
         try:
             result = fn()
             self.count(what)
             return result
         except ALARMING as e:
             self.incident("corrupt", run_id, f"{what}: {type(e).__name__}: {e}")
+        except wrong as e:
+            self.incident("wrong-refusal", run_id, f"{what}: {type(e).__name__}: {e}")
         except lw.LittleWorkflowError as e:
             self.count(f"{what}:{type(e).__name__}")
         except Exception as e:  # noqa: BLE001 - anything else is a finding
@@ -137,8 +141,12 @@ class Actor:
                 self.attempt("run", run_id, lambda: lw.run_workflow(
                     flows.chaos, value, world=self.world, run_id=run_id, suspend=True))
             else:
+                # Under the run's lock, start_workflow either finds the run (a no-op) or
+                # creates it: "finished" can only come from a stale memory of a deleted
+                # run (DESIGN §12/§13: a reused id starts a fresh run).
                 self.attempt("start", run_id, lambda: lw.start_workflow(
-                    flows.chaos, value, world=self.world, run_id=run_id))
+                    flows.chaos, value, world=self.world, run_id=run_id),
+                    wrong=(lw.RunFinishedError,))
 
     def send(self, run_id: str) -> None:
         payload = {"k": uuid.uuid4().hex[:10]}

@@ -7,6 +7,7 @@ and the offending histories (events and ledger lines)."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -47,6 +48,7 @@ class Proc:
         self.name, self.argv, self.env, self.log_path = name, argv, env, log_path
         self.popen: subprocess.Popen | None = None
         self.stopped_until: float | None = None
+        self.watched: set[str] = set()  # locks it held when it was paused
         self.start()
 
     def start(self) -> None:
@@ -71,9 +73,14 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               extra_env: dict[str, str] | None = None, stop_max: float = 1.5,
               fence_slack: float = 1.0, exclusive: bool = True,
               drain_seconds: float = 25.0, pace: float = 1.0, stop_share: float = 0.45,
-              stop_min: float = 0.2, open_world: Callable[[], Any]) -> ChaosResult:
+              stop_min: float = 0.2, lock_owners: Callable[[], dict[str, int]] | None = None,
+              open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
-    check. `open_world()` gives the checker a fresh World on the same storage."""
+    check. `open_world()` gives the checker a fresh World on the same storage.
+
+    `lock_owners()` (leased backends): lock name -> holder pid. A paused process is then
+    resumed as soon as another process has taken over one of the locks it held — the
+    moment a holder that lost its lease may still get a write through (DESIGN §13)."""
     rng = random.Random(seed)
     os.makedirs(workdir, exist_ok=True)
     ledger = os.path.join(workdir, "ledger.jsonl")
@@ -83,6 +90,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     started = time.time()
     end = 0.0  # written to workdir/end once every process is up
     procs: dict[str, Proc] = {}
+    pids: dict[int, str] = {}  # every process started -> its role
     restarts = 0
 
     def actor_argv(role: str, until: float = 0.0) -> list[str]:
@@ -95,7 +103,9 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                              *world_args(spec)]
         else:
             argv = actor_argv(name)
-        return Proc(name, argv, env, os.path.join(workdir, f"{name}.log"))
+        proc = Proc(name, argv, env, os.path.join(workdir, f"{name}.log"))
+        pids[proc.popen.pid] = name
+        return proc
 
     for name in ("worker0", "worker1", *ACTOR_ROLES):
         procs[name] = spawn(name)
@@ -106,11 +116,22 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
         f.write(repr(end))
     os.replace(os.path.join(workdir, "end.tmp"), os.path.join(workdir, "end"))
     chaos_started = time.time()
-    kills = stops = 0
+    kills = stops = takeovers = stops_holding = 0
+    next_watch = 0.0
     try:
         next_blow = time.time() + rng.uniform(0.5, 1.2)
         while time.time() < end:
             now = time.time()
+            if lock_owners is not None and now >= next_watch and any(
+                    p.watched and p.stopped_until is not None for p in procs.values()):
+                next_watch = now + 0.1
+                owners = lock_owners()
+                for p in procs.values():
+                    if p.watched and p.stopped_until is not None and any(
+                            owners.get(n) not in (None, p.popen.pid) for n in p.watched):
+                        p.stopped_until = now + rng.uniform(0.0, 0.05)
+                        p.watched = set()
+                        takeovers += 1
             for p in procs.values():
                 if p.stopped_until is not None and p.stopped_until <= now:
                     p.signal(signal.SIGCONT)
@@ -119,10 +140,20 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                 victim = procs[rng.choice(EXECUTORS) if rng.random() < 0.85
                                else rng.choice(("sender", "sender-deadline", "gc", "forker",
                                                 "canceller"))]
+                if lock_owners is not None and victim.name.startswith("worker"):
+                    # Pause a worker in the middle of a run (holding its lease) if any.
+                    holders = set(lock_owners().values())
+                    holding = [p for p in procs.values() if p.name.startswith("worker")
+                               and p.popen.pid in holders and p.stopped_until is None]
+                    victim = rng.choice(holding) if holding else victim
                 if victim.name in EXECUTORS and victim.stopped_until is None \
                         and (victim.name in PAUSE_ONLY or rng.random() < stop_share):
                     victim.signal(signal.SIGSTOP)
                     victim.stopped_until = now + rng.uniform(stop_min, stop_max)
+                    if lock_owners is not None:
+                        victim.watched = {n for n, pid in lock_owners().items()
+                                          if pid == victim.popen.pid}
+                        stops_holding += bool(victim.watched)
                     stops += 1
                 elif victim.name not in PAUSE_ONLY:
                     victim.kill()
@@ -177,8 +208,11 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     stats = {"kind": kind, "seed": seed, "ready_s": round(ready_seconds, 1),
              "chaos_s": round(chaos_seconds, 1), "drain_s": round(drain_seconds_taken, 1),
              "total_s": round(time.time() - started, 1), "kills": kills, "stops": stops,
+             "stops_holding_a_lease": stops_holding, "resumed_after_takeover": takeovers,
              "runs_left": len(logs), "statuses": statuses, "executions": len(entries),
              "incarnations": len({(r["run"], r["inc"]) for r in entries}),
+             "executions_by": dict(collections.Counter(
+                 pids.get(r["pid"], "other") for r in entries)),
              "warnings": len(warnings)}
     header = (f"chaos on {kind}: seed {seed} (reproduce: LW_CHAOS_SEED={seed} "
               f"LW_CHAOS_SECONDS=…), {json.dumps(stats)}; process logs in {workdir}")
@@ -234,6 +268,28 @@ class MotoProcess:
     def new_bucket(self, name: str) -> str:
         self.filesystem().call_s3("create_bucket", Bucket=name)
         return name
+
+    def lock_owners(self, root: str) -> Callable[[], dict[str, int]]:
+        """Lock name -> holder pid of every held run lock under `root` (bucket/prefix)."""
+        fs = self.filesystem()
+
+        def owners() -> dict[str, int]:
+            out = {}
+            try:
+                paths = fs.find(f"{root}/locks")
+                bodies = fs.cat(paths) if paths else {}
+            except Exception:  # noqa: BLE001 - a lost look is only a missed chance
+                return out
+            for path, body in bodies.items():
+                try:
+                    doc = json.loads(body)
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and doc.get("state") == "held":
+                    out[path.rsplit("/", 2)[-2]] = int(doc.get("pid") or 0)
+            return out
+
+        return owners
 
     def stop(self) -> None:
         self.popen.kill()
