@@ -73,7 +73,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               extra_env: dict[str, str] | None = None, stop_max: float = 1.5,
               fence_slack: float = 1.0, exclusive: bool = True,
               drain_seconds: float = 25.0, pace: float = 1.0, stop_share: float = 0.45,
-              stop_min: float = 0.2, lock_owners: Callable[[], dict[str, int]] | None = None,
+              stop_min: float = 0.2, roles: tuple[str, ...] = ACTOR_ROLES, lock_owners: Callable[[], dict[str, int]] | None = None,
               open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage.
@@ -107,7 +107,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
         pids[proc.popen.pid] = name
         return proc
 
-    for name in ("worker0", "worker1", *ACTOR_ROLES):
+    for name in ("worker0", "worker1", *roles):
         procs[name] = spawn(name)
     wait_until_ready(procs.values(), timeout=60)
     ready_seconds = time.time() - started
@@ -137,9 +137,16 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                     p.signal(signal.SIGCONT)
                     p.stopped_until = None
             if now >= next_blow:
-                victim = procs[rng.choice(EXECUTORS) if rng.random() < 0.85
-                               else rng.choice(("sender", "sender-deadline", "gc", "forker",
-                                                "canceller"))]
+                others = [r for r in ("sender", "sender-deadline", "gc", "forker", "canceller")
+                          if r in procs]
+                victim = procs[rng.choice([r for r in EXECUTORS if r in procs])
+                               if rng.random() < 0.85 or not others else rng.choice(others)]
+                if victim.name.startswith("worker") and any(
+                        p.stopped_until is not None for p in procs.values()
+                        if p.name.startswith("worker")):
+                    # One worker paused at a time: the other one is the taker.
+                    next_blow = now + rng.uniform(0.3, 0.8) * pace
+                    continue
                 if lock_owners is not None and victim.name.startswith("worker"):
                     # Pause a worker in the middle of a run (holding its lease) if any.
                     holders = set(lock_owners().values())
