@@ -209,6 +209,8 @@ def test_an_unfinished_run_and_an_unexpected_failure():
     assert rules({"run_a": failed}, clean_ledger()[:1]) == ["failed"]
     assert rules({"run_a": failed}, clean_ledger()[:1],
                  history.Options(allowed_failures=("KeyError",))) == []
+    assert rules({"run_a": failed}, clean_ledger()[:1],
+                 history.Options(allowed_failures=("KeyError~gone",))) == ["failed"]
 
 
 def test_the_report_names_the_seed_the_rule_and_the_history():

@@ -30,6 +30,9 @@ LITTLE = [sys.executable, "-c", "from little_workflow.cli import main; main()"]
 #: loaded machine seconds of imports); the others are killed now and then.
 EXECUTORS = ("worker0", "worker1", "pipeliner", "starter")
 PAUSE_ONLY = ("starter",)
+#: How a run of these workflows may rightly fail: an orchestrator whose sub-run someone
+#: cancelled (the canceller picks any active run, sub-runs included).
+ALLOWED_FAILURES = ("StepFailedError~RunCancelledError",)
 ACTOR_ROLES = ("starter", "sender", "sender-deadline", "canceller", "forker", "gc",
                "pipeliner", "cli")
 
@@ -73,14 +76,19 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               extra_env: dict[str, str] | None = None, stop_max: float = 1.5,
               fence_slack: float = 1.0, exclusive: bool = True,
               drain_seconds: float = 25.0, pace: float = 1.0, stop_share: float = 0.45,
-              stop_min: float = 0.2, roles: tuple[str, ...] = ACTOR_ROLES, lock_owners: Callable[[], dict[str, int]] | None = None,
+              stop_min: float = 0.2, roles: tuple[str, ...] = ACTOR_ROLES,
+              links: dict[str, SlowLink] | None = None, slow_seconds: float = 0.0, lock_owners: Callable[[], dict[str, int]] | None = None,
               open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage.
 
     `lock_owners()` (leased backends): lock name -> holder pid. A paused process is then
     resumed as soon as another process has taken over one of the locks it held — the
-    moment a holder that lost its lease may still get a write through (DESIGN §13)."""
+    moment a holder that lost its lease may still get a write through (DESIGN §13).
+    `links`: process name -> the `SlowLink` it reaches the store through (its env
+    `FSSPEC_S3_ENDPOINT_URL`); a worker holding a lease is then also slowed down now and
+    then: what it sends is held until another worker has taken one of its locks over (at
+    most `slow_seconds`), then let through."""
     rng = random.Random(seed)
     os.makedirs(workdir, exist_ok=True)
     ledger = os.path.join(workdir, "ledger.jsonl")
@@ -103,7 +111,10 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                              *world_args(spec)]
         else:
             argv = actor_argv(name)
-        proc = Proc(name, argv, env, os.path.join(workdir, f"{name}.log"))
+        own_env = env
+        if links and name in links:
+            own_env = {**env, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{links[name].port}"}
+        proc = Proc(name, argv, own_env, os.path.join(workdir, f"{name}.log"))
         pids[proc.popen.pid] = name
         return proc
 
@@ -116,7 +127,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
         f.write(repr(end))
     os.replace(os.path.join(workdir, "end.tmp"), os.path.join(workdir, "end"))
     chaos_started = time.time()
-    kills = stops = takeovers = stops_holding = 0
+    kills = stops = takeovers = stops_holding = slowdowns = 0
     next_watch = 0.0
     try:
         next_blow = time.time() + rng.uniform(0.5, 1.2)
@@ -132,6 +143,17 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                         p.stopped_until = now + rng.uniform(0.0, 0.05)
                         p.watched = set()
                         takeovers += 1
+            if links and lock_owners is not None and any(
+                    link.watched and link.slow_until > now for link in links.values()):
+                owners = lock_owners()
+                for name, link in links.items():
+                    if link.watched and link.slow_until > now and any(
+                            owners.get(n) not in (None, procs[name].popen.pid)
+                            for n in link.watched):
+                        # Taken over: let the held writes land now, or in a moment.
+                        link.slow_until = now + rng.uniform(0.0, 0.15)
+                        link.watched = set()
+                        takeovers += 1
             for p in procs.values():
                 if p.stopped_until is not None and p.stopped_until <= now:
                     p.signal(signal.SIGCONT)
@@ -142,18 +164,27 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                 victim = procs[rng.choice([r for r in EXECUTORS if r in procs])
                                if rng.random() < 0.85 or not others else rng.choice(others)]
                 if victim.name.startswith("worker") and any(
-                        p.stopped_until is not None for p in procs.values()
-                        if p.name.startswith("worker")):
+                        p.stopped_until is not None
+                        or (links and p.name in links and links[p.name].slow_until > now)
+                        for p in procs.values() if p.name.startswith("worker")):
                     # One worker paused at a time: the other one is the taker.
                     next_blow = now + rng.uniform(0.3, 0.8) * pace
                     continue
+                holders: set[int] = set()
                 if lock_owners is not None and victim.name.startswith("worker"):
                     # Pause a worker in the middle of a run (holding its lease) if any.
                     holders = set(lock_owners().values())
                     holding = [p for p in procs.values() if p.name.startswith("worker")
                                and p.popen.pid in holders and p.stopped_until is None]
                     victim = rng.choice(holding) if holding else victim
-                if victim.name in EXECUTORS and victim.stopped_until is None \
+                if links and victim.name in links and victim.popen.pid in holders \
+                        and rng.random() < 0.8:
+                    link = links[victim.name]
+                    link.slow_until = now + slow_seconds
+                    link.watched = {n for n, pid in lock_owners().items()
+                                    if pid == victim.popen.pid} if lock_owners else set()
+                    slowdowns += 1
+                elif victim.name in EXECUTORS and victim.stopped_until is None \
                         and (victim.name in PAUSE_ONLY or rng.random() < stop_share):
                     victim.signal(signal.SIGSTOP)
                     victim.stopped_until = now + rng.uniform(stop_min, stop_max)
@@ -185,7 +216,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     logs = history.read_world(world)
     entries = history.read_ledger(ledger)
     options = history.Options(wait_result_steps=WAIT_RESULT_STEPS, fence_slack=fence_slack,
-                              exclusive=exclusive)
+                              exclusive=exclusive, allowed_failures=ALLOWED_FAILURES)
     violations = history.check(logs, entries, options)
     warnings: list[str] = []
     seen: dict[tuple[str, str, str], int] = {}
@@ -215,7 +246,8 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     stats = {"kind": kind, "seed": seed, "ready_s": round(ready_seconds, 1),
              "chaos_s": round(chaos_seconds, 1), "drain_s": round(drain_seconds_taken, 1),
              "total_s": round(time.time() - started, 1), "kills": kills, "stops": stops,
-             "stops_holding_a_lease": stops_holding, "resumed_after_takeover": takeovers,
+             "stops_holding_a_lease": stops_holding,
+             "slowdowns": slowdowns, "resumed_after_takeover": takeovers,
              "runs_left": len(logs), "statuses": statuses, "executions": len(entries),
              "incarnations": len({(r["run"], r["inc"]) for r in entries}),
              "executions_by": dict(collections.Counter(
@@ -232,6 +264,65 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     if any(v.rule == "unfinished" for v in violations):
         report += "\nthe drain said:\n" + drain_text[-3000:]
     return ChaosResult(kind, seed, violations, report, stats)
+
+
+class SlowLink:
+    """A TCP relay between one process and the store. Until `slow_until`, every chunk the
+    process sends is held: a partitioned network, where a write that passed its lease
+    check lands after the lease ran out and another worker took the run over (DESIGN
+    §13, "fencing holds at the write"). The driver lets the held writes go just after it
+    sees the takeover."""
+
+    def __init__(self, target_port: int):
+        import socket
+        import threading
+
+        self.target_port = target_port
+        self.slow_until = 0.0
+        self.watched: set[str] = set()  # the locks its process held when it was cut
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                continue
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: Any, dst: Any, outgoing: bool) -> None:
+        import socket
+
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                while outgoing and time.time() < self.slow_until:
+                    time.sleep(0.01)  # held: the network is cut until slow_until
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
 
 
 class MotoProcess:

@@ -33,7 +33,8 @@ Rules (the `rule` of a `Violation`):
                     it took.
 - `cancel-not-propagated` (final) a cancelled run's sub-run is not finished.
 - `unfinished`      (final) a run has no terminal event after the drain.
-- `failed`          a run failed with an error whose type is not in `allowed_failures`.
+- `failed`          a run failed with an error `allowed_failures` does not name (`Type`
+                    or `Type~text in its message`).
 """
 
 from __future__ import annotations
@@ -303,9 +304,15 @@ def check_failure(run_id: str, events: list[Any], opts: Options) -> list[Violati
     for e in events:
         if e.type == "run.failed":
             error = plain(e.payload).get("error") or {}
-            if error.get("type") not in opts.allowed_failures:
+            if not any(allowed(error, entry) for entry in opts.allowed_failures):
                 return [Violation("failed", run_id, f"run failed: {error}")]
     return []
+
+
+def allowed(error: dict[str, Any], entry: str) -> bool:
+    """`Type` or `Type~text`: an error of that type (whose message holds the text)."""
+    kind, _, text = entry.partition("~")
+    return error.get("type") == kind and text in str(error.get("message", ""))
 
 
 def sub_run_ids(events: list[Any]) -> list[str]:
