@@ -22,7 +22,7 @@ import pytest
 
 import little_workflow as lw
 from chaos import history
-from chaos.driver import MotoProcess, run_chaos
+from chaos.driver import MotoProcess, SlowLink, run_chaos
 
 SECONDS = float(os.environ.get("LW_CHAOS_SECONDS", "40"))
 SEED = int(os.environ.get("LW_CHAOS_SEED") or int(time.time()) % 100_000)
@@ -242,19 +242,24 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
                            open_world=lambda: lw.virtual_world(url))
     else:
         moto = MotoProcess(workdir)
+        links = {name: SlowLink(moto.port) for name in ("worker0", "worker1")}
         try:
             bucket = moto.new_bucket("lw-chaos")
             env = {**moto.env, "LW_LEASE_SECONDS": str(LEASE)}
-            # Paused past the lease (the store judges expiry in whole seconds: lease + 1 s
-            # at least), and resumed as soon as another worker has taken a lock over.
-            stop_max = LEASE + 6.0
+            # A worker holding a lease is paused past it (the store judges expiry in whole
+            # seconds: lease + 1 s at least) or cut off from the store, and let go as soon
+            # as the other worker has taken its lock over.
+            stop_max, cut_max = LEASE + 6.0, 8.0
             result = run_chaos(
                 kind, f"s3://{bucket}/wf", SEED, seconds, workdir, extra_env=env,
-                stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.7,
-                lock_owners=moto.lock_owners(f"{bucket}/wf"),
-                fence_slack=stop_max + 2 * LEASE, exclusive=False, pace=2.0, drain_seconds=45,
+                stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.5, links=links,
+                slow_seconds=cut_max, lock_owners=moto.lock_owners(f"{bucket}/wf"),
+                fence_slack=max(stop_max, cut_max) + 2 * LEASE, exclusive=False, pace=1.5,
+                drain_seconds=45,
                 open_world=lambda: lw.virtual_world(moto.filesystem(), f"{bucket}/wf"))
         finally:
+            for link in links.values():
+                link.close()
             moto.stop()
     print("\n" + result.report)
     return result

@@ -95,6 +95,8 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     env = {**os.environ, **(extra_env or {}),
            "PYTHONPATH": os.pathsep.join([ROOT, TESTS]),
            LEDGER_ENV: ledger, STEP_SECONDS_ENV: "0.03", "LW_CHAOS_PACE": str(pace)}
+    for link in (links or {}).values():
+        link.peers = [other for other in links.values() if other is not link]
     started = time.time()
     end = 0.0  # written to workdir/end once every process is up
     procs: dict[str, Proc] = {}
@@ -248,6 +250,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
              "total_s": round(time.time() - started, 1), "kills": kills, "stops": stops,
              "stops_holding_a_lease": stops_holding,
              "slowdowns": slowdowns, "resumed_after_takeover": takeovers,
+             "handoffs": sum(link.handoffs for link in (links or {}).values()),
              "runs_left": len(logs), "statuses": statuses, "executions": len(entries),
              "incarnations": len({(r["run"], r["inc"]) for r in entries}),
              "executions_by": dict(collections.Counter(
@@ -271,7 +274,13 @@ class SlowLink:
     process sends is held: a partitioned network, where a write that passed its lease
     check lands after the lease ran out and another worker took the run over (DESIGN
     §13, "fencing holds at the write"). The driver lets the held writes go just after it
-    sees the takeover."""
+    sees the takeover — or, sharper, when the taker's own link shows its first append
+    after taking the lock over (and so after reading the log): that append is held a
+    moment and the cut holder's writes go first, landing between the taker's read and
+    its first append (issue 20, item 2)."""
+
+    #: How long the taker's first append is held while the cut holder's writes go.
+    TAKER_HOLD = 0.3
 
     def __init__(self, target_port: int):
         import socket
@@ -280,6 +289,9 @@ class SlowLink:
         self.target_port = target_port
         self.slow_until = 0.0
         self.watched: set[str] = set()  # the locks its process held when it was cut
+        self.peers: list[SlowLink] = []  # the other processes' links
+        self.cut_peer: SlowLink | None = None  # a cut holder whose lock this one took
+        self.handoffs = 0
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
@@ -308,6 +320,8 @@ class SlowLink:
                 data = src.recv(65536)
                 if not data:
                     break
+                if outgoing and self._saw(data):
+                    self.slow_until = time.time() + self.TAKER_HOLD
                 while outgoing and time.time() < self.slow_until:
                     time.sleep(0.01)  # held: the network is cut until slow_until
                 dst.sendall(data)
@@ -319,6 +333,25 @@ class SlowLink:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def _saw(self, data: bytes) -> bool:
+        """Watch the requests this process sends; True: hold this one a moment."""
+        line = data.split(b"\r\n", 1)[0]
+        if line.startswith(b"PUT ") and b"/locks/" in line:
+            name = line.split(b"/locks/", 1)[1].split(b"/", 1)[0].decode(errors="replace")
+            for peer in self.peers:
+                if peer.slow_until > time.time() and name in peer.watched:
+                    self.cut_peer = peer  # taking over a lock of a cut holder
+        elif line.startswith(b"PUT ") and b"/events/" in line and self.cut_peer is not None:
+            # The taker's first append after its takeover and read: let the cut holder's
+            # held write go first.
+            peer, self.cut_peer = self.cut_peer, None
+            if peer.slow_until > time.time():
+                peer.slow_until = 0.0
+                peer.watched = set()
+                self.handoffs += 1
+                return True
+        return False
 
     def close(self) -> None:
         self.closed = True
