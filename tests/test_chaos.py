@@ -7,8 +7,9 @@ checker (`chaos/history.py`) over every log and the external step ledger.
 
 `LW_CHAOS_SECONDS` (default 40) is the chaos time, split over the backends (S3 half);
 `LW_CHAOS_SEED` reproduces a run's schedule of kills, pauses and actions (the report of
-a failure prints it); `LW_CHAOS_WORKDIR` keeps the process logs. The first tests prove that each rule of the checker fires on a
-hand-made history that breaks it, and stays quiet on one that does not.
+a failure prints it); `LW_CHAOS_WORKDIR` keeps the process logs. The first tests prove
+that each rule of the checker fires on a hand-made history that breaks it, and stays
+quiet on one that does not.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def clean_run(run: str = "run_a", inc: str = "i1") -> list[Ev]:
         Ev(7, "signal.received", {"name": "poke", "payload": {"k": "x"}}),
         Ev(8, "wait.completed", {"stepPath": "w", "name": "poke", "signalSequence": 7}),
         Ev(9, "step.started", {"stepPath": "got"}),
-        Ev(10, "step.succeeded", {"stepPath": "got", "output": {"token": "t2", "value": {"k": "x"}}},
-           at(3.0)),
+        Ev(10, "step.succeeded",
+           {"stepPath": "got", "output": {"token": "t2", "value": {"k": "x"}}}, at(3.0)),
         Ev(11, "run.completed", {"output": None}),
     ]
 
@@ -174,13 +175,15 @@ def test_a_wait_that_took_the_wrong_event_or_returned_another_value():
         Ev(7, "signal.received", {"name": "poke", "payload": {"k": "x"}}),
         Ev(8, "signal.received", {"name": "poke", "payload": {"k": "y"}}),
         Ev(9, "wait.completed", {"stepPath": "w", "name": "poke", "signalSequence": 8}),
-        Ev(10, "step.succeeded", {"stepPath": "got", "output": {"token": "t2", "value": {"k": "y"}}}),
+        Ev(10, "step.succeeded",
+           {"stepPath": "got", "output": {"token": "t2", "value": {"k": "y"}}}),
         Ev(11, "run.completed", {"output": None})]
     ledger = [clean_ledger()[0], execution("run_a", "got", "t2", {"k": "y"}, line=1)]
     assert rules({"run_a": events}, ledger) == ["signal-order"]  # not the first one
     ledger = [clean_ledger()[0], execution("run_a", "got", "t2", None, line=1)]
     events = clean_run()
-    events[9] = Ev(10, "step.succeeded", {"stepPath": "got", "output": {"token": "t2", "value": None}})
+    events[9] = Ev(10, "step.succeeded",
+                   {"stepPath": "got", "output": {"token": "t2", "value": None}})
     assert rules({"run_a": events}, ledger) == ["wrong-wait-result"]
 
 

@@ -222,7 +222,8 @@ class Actor:
             run_id = self.some_run()
             command = self.rng.choice([
                 ["runs"], ["events", run_id, "--json"], ["verify", "--json"],
-                ["send", run_id, flows.EVENT, "--payload", json.dumps({"cli": uuid.uuid4().hex[:6]})],
+                ["send", run_id, flows.EVENT, "--payload",
+                 json.dumps({"cli": uuid.uuid4().hex[:6]})],
                 ["cancel", run_id], ["fork", run_id, "--from-step", "nap"],
                 ["gc", "--older-than", "1s"], ["replay", run_id, "--json"],
             ])

@@ -77,7 +77,8 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               fence_slack: float = 1.0, exclusive: bool = True,
               drain_seconds: float = 25.0, pace: float = 1.0, stop_share: float = 0.45,
               stop_min: float = 0.2, roles: tuple[str, ...] = ACTOR_ROLES,
-              links: dict[str, SlowLink] | None = None, slow_seconds: float = 0.0, lock_owners: Callable[[], dict[str, int]] | None = None,
+              links: dict[str, SlowLink] | None = None, slow_seconds: float = 0.0,
+              lock_owners: Callable[[], dict[str, int]] | None = None,
               open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage.
@@ -230,7 +231,8 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
         seen[key] = seen.get(key, 0) + 1
         if seen[key] == 1:
             violations.append(history.Violation(
-                f"incident-{rec['kind']}", key[1], f"{rec['role']} pid {rec['pid']}: {rec['detail']}"))
+                f"incident-{rec['kind']}", key[1],
+                f"{rec['role']} pid {rec['pid']}: {rec['detail']}"))
     verify = subprocess.run(LITTLE + ["verify", "--json"] + world_args(spec), env=env,
                             cwd=ROOT, capture_output=True, text=True)
     if verify.returncode != 0:

@@ -210,9 +210,9 @@ def check_steps(run_id: str, events: list[Any], by_token: dict[str, dict[str, An
                                      f"{output!r} was returned by {rec['run']}/{rec['path']}"))
                 continue
             if inc is not None and rec["inc"] != inc:
-                out.append(Violation("other-incarnation", run_id, f"step {path} at {e.sequence} "
-                                     f"was returned by incarnation {rec['inc']} (pid {rec['pid']}), "
-                                     f"the log is incarnation {inc}"))
+                out.append(Violation("other-incarnation", run_id, (
+                    f"step {path} at {e.sequence} was returned by incarnation {rec['inc']} "
+                    f"(pid {rec['pid']}), the log is incarnation {inc}")))
                 continue
             if opts.fence_slack is not None and not copied:
                 committed_at = epoch(e.created_at)
