@@ -246,28 +246,30 @@ class Actor:
         import logging
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-        worker = lw.Worker(self.world, workflows=[flows.chaos, flows.chaos_child])
         pending: list[str] = []
-        try:
-            while time.time() < self.end:
-                pending = []
-                for run_id in active_run_ids(self.world):
-                    log = self.attempt("read", run_id, lambda r=run_id: RunLog.fold(
-                        r, self.world.list_events(r)))
-                    if log is None or log.created is None:
-                        continue
-                    if log.status not in ("completed", "failed", "cancelled"):
-                        pending.append(run_id)
-                        if log.created.get("workflowId") == "chaos_pipe":
-                            value = lw.materialize_run_state(self.world, run_id).input
-                            self.attempt("pipe", run_id, lambda r=run_id, v=value: flows.run_pipe(
-                                self.world, r, v))
-                if not pending:
-                    break
+        while time.time() < self.end:
+            pending = []
+            for run_id in active_run_ids(self.world):
+                log = self.attempt("read", run_id, lambda r=run_id: RunLog.fold(
+                    r, self.world.list_events(r)))
+                if log is None or log.created is None:
+                    continue
+                if log.status not in ("completed", "failed", "cancelled"):
+                    pending.append(run_id)
+                    if log.created.get("workflowId") == "chaos_pipe":
+                        value = lw.materialize_run_state(self.world, run_id).input
+                        self.attempt("pipe", run_id, lambda r=run_id, v=value: flows.run_pipe(
+                            self.world, r, v))
+            if not pending:
+                break
+            # A fresh Worker each round: one that found a run locked (a dead holder's
+            # lease not yet expired) skips it in run_until_idle until its log changes.
+            worker = lw.Worker(self.world, workflows=[flows.chaos, flows.chaos_child])
+            try:
                 worker.run_until_idle()
-                time.sleep(0.2)
-        finally:
-            worker.close()
+            finally:
+                worker.close()
+            time.sleep(0.2)
         for run_id in pending:
             state = self.attempt("read", run_id, lambda r=run_id: lw.materialize_run_state(
                 self.world, r))
