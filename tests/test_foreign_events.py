@@ -278,3 +278,42 @@ def test_cancel_requested_by_another_process_during_a_step_stops_the_run_before_
         # ended the run itself; the running process's next append was refused and it
         # reports the cancellation rather than the refusal.
         assert types[-2:] == ["run.cancel_requested", "run.cancelled"], types
+
+
+# ---- a run another holder ended while this one took over ----------------------------
+
+@pytest.mark.parametrize("ending", ["run.completed", "run.failed"])
+def test_a_run_another_holder_ended_just_before_the_takeover_reports_that_end(ending, tmp_path):
+    """Host A's last events (its steps, then the run's end) land after host B read the
+    log and before B's first append: B does not run anything, it reports how A ended it."""
+    fs_a = private_memory()
+    fs_b = private_memory()  # host B: its own filesystem object over the same store
+    fs_b.store, fs_b.pseudo_dirs = fs_a.store, fs_a.pseudo_dirs
+    host_a, host_b = lw.virtual_world(fs_a, "/wf"), lw.virtual_world(fs_b, "/wf")
+    ran = []
+
+    @lw.workflow(id="ended_elsewhere")
+    async def wf(ctx, _):
+        return [await ctx.step("one", lambda: ran.append("one") or 1)]
+
+    run_id = lw.start_workflow(wf, None, world=host_a, run_id="run_endedelsewhere")
+
+    def a_finishes() -> None:
+        host_a.append_event(run_id, "run.started", {"start": 1})
+        host_a.append_event(run_id, "step.started", {"stepPath": "one", "attempt": 1})
+        host_a.append_event(run_id, "step.succeeded", {"stepPath": "one", "attempt": 1,
+                                                       "output": 1})
+        if ending == "run.completed":
+            host_a.append_event(run_id, ending, {"output": [1]})
+        else:
+            host_a.append_event(run_id, ending, {"error": {"type": "ValueError",
+                                                           "message": "on host A"}})
+
+    world = lw.tracing_world(host_b, before_append_of("run.started", a_finishes))
+    if ending == "run.completed":
+        assert lw.run_workflow(wf, None, world=world, run_id=run_id).output == [1]
+    else:
+        with pytest.raises(lw.WorkflowFailedError, match="on host A"):
+            lw.run_workflow(wf, None, world=world, run_id=run_id)
+    assert ran == []
+    assert [e.type for e in host_b.list_events(run_id)][-1] == ending

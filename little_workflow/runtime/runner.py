@@ -18,6 +18,8 @@ from ..errors import (
     LeaseLostError,
     OutputSchemaError,
     ReplayDivergenceError,
+    RunCancelledError,
+    RunFinishedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
@@ -31,6 +33,13 @@ from .context import INLINE_OUTPUT_LIMIT, RunContext
 from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
+from .waiting import (
+    RunSuspended,
+    RunWatch,
+    cancelled_on_entry,
+    finish_if_cancelled,
+    requested_reason,
+)
 from .workflow import Workflow
 
 T = TypeVar("T")
@@ -139,8 +148,6 @@ async def arun_single(
 async def _run_locked(
     world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False
 ) -> RunResult:
-    from .waiting import RunSuspended, RunWatch, cancelled_on_entry, finish_if_cancelled
-
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
     input_hash = content_hash(input)
@@ -156,6 +163,24 @@ async def _run_locked(
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
+    try:
+        return await _execute_run(ctx, wf, input, input_hash)
+    except RunFinishedError:
+        # Another writer ended the run after it was read (a holder that lost its lease
+        # got its last events in first; a canceller that saw no holder): the log says
+        # how it ended, and that is this call's answer.
+        await offload(world, ctx.fold_new_events)
+        if ctx.log.status == "completed":
+            return _result(world, ctx.log, wf)
+        if ctx.log.status == "failed":
+            raise WorkflowFailedError(run_id, None, thaw(ctx.log.error) or {}) from None
+        if ctx.log.status == "cancelled":
+            raise RunCancelledError(run_id, requested_reason(ctx.log)) from None
+        raise
+
+
+async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str) -> RunResult:
+    world, run_id, log = ctx.world, ctx.run_id, ctx.log
     if log.created is None:
         await create_run(ctx, wf, input, input_hash)
     await cancelled_on_entry(ctx)
@@ -242,8 +267,6 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
     input = world.resolve_refs(thaw(log.created.get("input")))
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      mode="replay", run_child=arun_single)
-    from .waiting import RunSuspended
-
     try:
         output = await wf.fn(ctx, input)
     except ReplayDivergenceError as e:
