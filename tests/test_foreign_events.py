@@ -106,6 +106,11 @@ def test_signal_sent_by_another_writer_just_before_the_timeout_is_returned(maker
     (memory) sends the event after this process allocated the sequence of its
     `wait.timed_out` and before that event reached storage: this process learns of the
     event only because its own write lost that sequence."""
+    from little_workflow.runtime import waiting
+
+    # No poll falls due meanwhile (the sender is slow to start): only what the run's
+    # own append shows of storage counts.
+    monkeypatch.setattr(waiting, "POLL_SECONDS", 3600.0)
     clock = FakeClock(start=T0)
     world = maker(clock=clock)
     run_id = "run_otherwriter"
@@ -317,3 +322,37 @@ def test_a_run_another_holder_ended_just_before_the_takeover_reports_that_end(en
             lw.run_workflow(wf, None, world=world, run_id=run_id)
     assert ran == []
     assert [e.type for e in host_b.list_events(run_id)][-1] == ending
+
+
+def test_a_foreign_success_for_the_step_in_flight_ends_that_attempt_unrecorded():
+    """While this host runs step g/0, another host (one that lost its lease) gets g/0's
+    success in; this host learns of it through a sibling's append. g/0's attempt here
+    ends without recording: one success in the log, and the recorded output is used."""
+    fs_a = private_memory()
+    fs_b = private_memory()
+    fs_b.store, fs_b.pseudo_dirs = fs_a.store, fs_a.pseudo_dirs
+    host_a, host_b = lw.virtual_world(fs_a, "/wf"), lw.virtual_world(fs_b, "/wf")
+    run_id = "run_inflight"
+    contexts = []
+
+    def slow_zero() -> str:
+        ctx = contexts[0]
+        deadline = time.monotonic() + 30
+        while getattr(ctx.log.steps.get("g/0"), "status", None) != "succeeded":
+            assert time.monotonic() < deadline, "the foreign success was never folded in"
+            time.sleep(0.01)
+        return "from B"
+
+    def one() -> int:
+        host_a.append_event(run_id, "step.succeeded", {"stepPath": "g/0", "attempt": 1,
+                                                       "output": "from A"})
+        return 1
+
+    @lw.workflow(id="inflight")
+    async def wf(ctx, _):
+        contexts.append(ctx)
+        return await ctx.parallel("g", [slow_zero, one])
+
+    assert lw.run_workflow(wf, None, world=host_b, run_id=run_id).output == ["from A", 1]
+    assert step_successes(host_b, run_id) == {"g/0": 1, "g/1": 1}
+    assert lw.replay_run(host_b, run_id, wf).output == ["from A", 1]
