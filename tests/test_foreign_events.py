@@ -356,3 +356,36 @@ def test_a_foreign_success_for_the_step_in_flight_ends_that_attempt_unrecorded()
     assert lw.run_workflow(wf, None, world=host_b, run_id=run_id).output == ["from A", 1]
     assert step_successes(host_b, run_id) == {"g/0": 1, "g/1": 1}
     assert lw.replay_run(host_b, run_id, wf).output == ["from A", 1]
+
+
+def test_a_wait_another_holder_completed_returns_what_that_holder_took():
+    """Another host (one that lost its lease) ended the wait this host blocks in: it
+    took the event. This host returns that event, records no second completion, and
+    does not wait for another one."""
+    import concurrent.futures
+
+    fs_a = private_memory()
+    fs_b = private_memory()
+    fs_b.store, fs_b.pseudo_dirs = fs_a.store, fs_a.pseudo_dirs
+    host_a, host_b = lw.virtual_world(fs_a, "/wf"), lw.virtual_world(fs_b, "/wf")
+    run_id = "run_waitelsewhere"
+
+    @lw.workflow(id="waits_forever")
+    async def wf(ctx, _):
+        return await ctx.wait_for_event("w", "approval")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(lw.run_workflow, wf, None, world=host_b, run_id=run_id)
+        wait_for(lambda: any(e.type == "wait.started" for e in host_a.list_events(run_id)),
+                 "the wait to start", 30)
+        signal_event = host_a.append_event(run_id, "signal.received",
+                                           {"name": "approval", "payload": "taken on A"})
+        host_a.append_event(run_id, "wait.completed", {
+            "stepPath": "w", "name": "approval", "signalSequence": signal_event.sequence})
+        try:
+            assert fut.result(timeout=30).output == "taken on A"
+        finally:
+            if not fut.done():
+                lw.cancel_run(host_a, run_id, "the wait never returned")
+    types = [e.type for e in host_b.list_events(run_id)]
+    assert types.count("wait.completed") == 1, types
