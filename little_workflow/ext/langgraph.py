@@ -13,7 +13,7 @@ owner run id, `run_lg_<sha256(thread_id)[:32]>`, which holds no events:
 ```
 langgraph/threads/<ownerRunId>.json                     {"threadId"}  (for list(None))
 runs/<ownerRunId>/langgraph/<nsKey>/c/<hex(checkpointId)>.json
-runs/<ownerRunId>/langgraph/<nsKey>/w/<hex(checkpointId)>/<taskKey>.<idx>.json
+runs/<ownerRunId>/langgraph/<nsKey>/w/<hex(checkpointId)>/<taskKey>[.m<k>].json
 ```
 
 A checkpoint file holds the whole checkpoint (channel values included), so the newest
@@ -81,11 +81,6 @@ def _id_from_name(name: str) -> str | None:
         return bytes.fromhex(name[:-5]).decode()
     except ValueError:
         return None
-
-
-def _write_name(task_id: str, idx: int) -> str:
-    task_key = hashlib.sha256(task_id.encode()).hexdigest()[:24]
-    return f"{task_key}.{idx if idx >= 0 else 'm%d' % -idx}.json"
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
@@ -199,13 +194,13 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
     def _pending_writes(self, thread_id: str, checkpoint_ns: str,
                         checkpoint_id: str) -> list[tuple[str, str, Any]]:
         folder = self._writes_dir(thread_id, checkpoint_ns, checkpoint_id)
-        records = []
+        found = []
         for name in self.world.list_dir(folder):
             rec = self._read_record(f"{folder}/{name}")
             if rec is not None:
-                records.append(rec)
-        records.sort(key=lambda r: writes_sort_key(r["taskPath"], r["taskId"], r["idx"]))
-        return [(r["taskId"], r["channel"], self._load(r["value"])) for r in records]
+                found += [(rec["taskPath"], rec["taskId"], w) for w in rec["writes"]]
+        found.sort(key=lambda f: writes_sort_key(f[0], f[1], f[2]["idx"]))
+        return [(task_id, w["channel"], self._load(w["value"])) for _, task_id, w in found]
 
     def _tuple(self, rec: dict[str, Any]) -> CheckpointTuple:
         thread_id, ns, cid = rec["threadId"], rec["checkpointNs"], rec["checkpointId"]
@@ -316,17 +311,28 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         checkpoint_id = conf["checkpoint_id"]
         owner = thread_owner_run_id(thread_id)
         folder = self._writes_dir(thread_id, ns, checkpoint_id)
+        task_key = hashlib.sha256(task_id.encode()).hexdigest()[:24]
+        regular, special = [], []
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
-            record = {"taskId": task_id, "taskPath": task_path, "idx": idx,
-                      "channel": channel, "value": self._dump(owner, value)}
-            path = f"{folder}/{_write_name(task_id, idx)}"
-            if idx >= 0:
-                # A regular write is kept once (a retried task must not change it);
-                # errors, interrupts and resumes (idx < 0) are replaced by the newest.
-                self.world.create_document(path, record)
-            else:
-                self.world.write_document(path, record)
+            entry = {"idx": idx, "channel": channel, "value": self._dump(owner, value)}
+            (regular if idx >= 0 else special).append(entry)
+        head = {"taskId": task_id, "taskPath": task_path}
+        if regular:
+            # A task's writes are one file, published once: a crash never leaves some of
+            # them stored (LangGraph would take the task as done and drop the rest), and a
+            # retried task never changes writes already kept.
+            path = f"{folder}/{task_key}.json"
+            if not self.world.create_document(path, {**head, "writes": regular}):
+                kept = self._read_record(path) or {**head, "writes": []}
+                have = {w["idx"] for w in kept["writes"]}
+                extra = [w for w in regular if w["idx"] not in have]
+                if extra:
+                    self.world.write_document(path, {**kept, "writes": kept["writes"] + extra})
+        for entry in special:
+            # Errors, interrupts, resumes (idx < 0): the newest replaces the last.
+            self.world.write_document(f"{folder}/{task_key}.m{-entry['idx']}.json",
+                                      {**head, "writes": [entry]})
 
     # ---- removing and copying ------------------------------------------------------
 
@@ -389,7 +395,8 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                 for name in self.world.list_dir(writes):
                     w = self._read_record(f"{writes}/{name}")
                     if w is not None:
-                        w["value"] = self._repack(owner, w["value"])
+                        w["writes"] = [{**x, "value": self._repack(owner, x["value"])}
+                                       for x in w["writes"]]
                         self.world.write_document(f"{target_dir}/{key}/w/{_id_name(cid)}/{name}", w)
                 rec["threadId"] = target
                 for field in ("checkpoint", "metadata"):
