@@ -1,0 +1,274 @@
+"""LittleWorkflowDurability: an agent's model requests and tool calls are durable steps of
+the enclosing run. FunctionModel / TestModel only (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent, ModelRetry  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai.models.test import TestModel  # noqa: E402
+
+import little_workflow as lw  # noqa: E402
+from little_workflow.ext.pydantic_ai import STEP_PREFIX, LittleWorkflowDurability  # noqa: E402
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.model = 0
+        self.tools: list[str] = []
+
+
+def weather_agent(counter: Counter, name: str = "forecaster", **capability: Any) -> Agent:
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        counter.model += 1
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart("forecast: " + "; ".join(sorted(str(p.content) for p in returns)))])
+        return ModelResponse(parts=[ToolCallPart("weather", {"city": "Paris"}, tool_call_id="c1"),
+                                    ToolCallPart("weather", {"city": "Oslo"}, tool_call_id="c2")])
+
+    agent = Agent(FunctionModel(model_fn), name=name,
+                  capabilities=[LittleWorkflowDurability(**capability)])
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        counter.tools.append(city)
+        return f"sunny in {city}"
+
+    return agent
+
+
+def unit_paths(world: Any, run_id: str) -> list[str]:
+    return [e.payload["stepPath"] for e in world.list_events(run_id)
+            if e.type == "step.succeeded" and e.payload["stepPath"].startswith(STEP_PREFIX + "/")]
+
+
+def test_run_makes_every_model_request_and_tool_call_a_step(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    @lw.workflow(id="ask")
+    async def ask(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run(input["q"])
+        return {"output": result.output, "requests": result.usage.requests, "runId": result.run_id}
+
+    res = lw.run_workflow(ask, {"q": "weather?"}, world=lw_world, run_id="run_a1")
+    assert res.output["output"] == "forecast: sunny in Oslo; sunny in Paris"
+    assert counter.model == 2 and sorted(counter.tools) == ["Oslo", "Paris"]
+    paths = unit_paths(lw_world, "run_a1")
+    agent_run = res.output["runId"]
+    # Keyed by agent run id and run step, tool calls by their tool-call id.
+    assert len(paths) == 4 and all(p.startswith(f"{STEP_PREFIX}/{agent_run}/") for p in paths)
+    assert sorted(p.rsplit("/", 1)[-1] for p in paths if "call_tool" in p) == ["c1", "c2"]
+    assert [p.split("/")[2] for p in paths if "model.request" in p] == ["1", "2"]
+    # The same run again returns its result; replay re-executes the body calling nothing.
+    assert lw.run_workflow(ask, {"q": "weather?"}, world=lw_world, run_id="run_a1").output == res.output
+    assert lw.replay_run(lw_world, "run_a1", ask).output == res.output
+    assert counter.model == 2 and len(counter.tools) == 2
+
+
+def test_outside_a_workflow_the_agent_runs_as_usual(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+    assert agent.run_sync("weather?").output == "forecast: sunny in Oslo; sunny in Paris"
+    assert asyncio.run(agent.run("weather?")).output.startswith("forecast:")
+    assert counter.model == 4 and lw_world.list_runs() == []
+    assert lw.current_run() is None
+
+
+def test_inside_a_step_function_the_step_is_the_durable_unit(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    async def ask(q: str) -> str:
+        assert lw.current_run() is not None  # the run is known, but this is a step
+        return (await agent.run(q)).output
+
+    @lw.workflow(id="in-step")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        assert lw.current_run() is ctx
+        return {"answer": await ctx.step("ask", ask, input["q"])}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_step1")
+    assert res.output == {"answer": "forecast: sunny in Oslo; sunny in Paris"}
+    assert unit_paths(lw_world, "run_step1") == []  # one step, "ask"
+
+
+def test_iter_and_run_stream_are_durable_too(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    @lw.workflow(id="iter")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        nodes = []
+        async with agent.iter(input["q"]) as run:
+            async for node in run:
+                nodes.append(type(node).__name__)
+        return {"output": run.result.output, "nodes": nodes}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_it1")
+    assert res.output["output"] == "forecast: sunny in Oslo; sunny in Paris"
+    assert len(unit_paths(lw_world, "run_it1")) == 4
+    assert lw.replay_run(lw_world, "run_it1", wf).output == res.output
+    assert counter.model == 2
+
+
+def test_model_retry_from_a_tool_is_recorded_and_not_repeated(lw_world: Any) -> None:
+    attempts: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        # A tool's ModelRetry comes back as a tool return marked as a retry.
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns and not returns[-1].retry:
+            return ModelResponse(parts=[TextPart(f"got {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("lookup", {"key": "k"}, tool_call_id=f"t{len(returns)}")])
+
+    agent = Agent(FunctionModel(model_fn), name="retrier", capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ModelRetry("not yet, try again")
+        return "value"
+
+    @lw.workflow(id="retry")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("go")).output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_r1")
+    assert res.output == {"output": "got value"} and len(attempts) == 2
+    assert lw.replay_run(lw_world, "run_r1", wf).output == res.output
+    assert len(attempts) == 2
+
+
+def test_two_concurrent_agent_runs_keep_their_own_results(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    @lw.workflow(id="two")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        a, b = await asyncio.gather(agent.run("first"), agent.run("second"))
+        return {"a": a.run_id, "b": b.run_id, "out": [a.output, b.output]}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_two")
+    assert res.output["a"] != res.output["b"]
+    paths = unit_paths(lw_world, "run_two")
+    assert len(paths) == 8
+    assert {p.split("/")[1] for p in paths} == {res.output["a"], res.output["b"]}
+    assert lw.replay_run(lw_world, "run_two", wf).output == res.output
+
+
+def test_an_error_in_a_tool_keeps_its_type_and_the_run_fails(lw_world: Any) -> None:
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("explode", {}, tool_call_id="x1")])
+
+    agent = Agent(FunctionModel(model_fn), name="exploder", capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def explode() -> str:
+        raise KeyError("no such thing")
+
+    seen: list[type] = []
+
+    @lw.workflow(id="explode")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        try:
+            await agent.run("go")
+        except Exception as e:
+            seen.append(type(e))
+            raise
+        return {}
+
+    with pytest.raises(lw.WorkflowFailedError):
+        lw.run_workflow(wf, {}, world=lw_world, run_id="run_x1")
+    assert seen == [KeyError]
+    failed = [e for e in lw_world.list_events("run_x1") if e.type == "step.failed"]
+    assert len(failed) == 1 and "KeyError" in json.dumps(failed[0].payload["error"])
+
+
+def test_test_model_agent_with_structured_output(lw_world: Any) -> None:
+    agent = Agent(TestModel(), name="tm", output_type=dict, capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def double(x: int) -> int:
+        return 2 * x
+
+    @lw.workflow(id="tm")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("go")
+        return {"output": result.output, "requests": result.usage.requests}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_tm1")
+    assert res.output["requests"] >= 2
+    assert lw.replay_run(lw_world, "run_tm1", wf).output == res.output
+
+
+# ---- SIGKILL at each boundary -------------------------------------------------------
+
+
+def run_child(data: str, ledger: str, run_id: str, kill_at: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, os.path.join(TESTS, "pydantic_ai_child.py"),
+                           data, ledger, run_id, kill_at],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def ledger(path: str) -> list[str]:
+    with open(path) as f:
+        return sorted(line.strip() for line in f if line.strip())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: Any) -> dict:
+    tmp = tmp_path_factory.mktemp("clean")
+    done = run_child(str(tmp / "data"), str(tmp / "ledger"), "run_clean", "none")
+    assert done.returncode == 0, done.stderr
+    assert ledger(str(tmp / "ledger")) == ["model1", "model2", "tool-c1", "tool-c2"]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("kill_at, calls", [
+    # killed inside the first tool: the model request was committed, no tool was
+    ("tool", ["model1", "model2", "tool-c1", "tool-c1", "tool-c2"]),
+    # killed inside the second model request: both tool results were committed
+    ("model2", ["model1", "model2", "model2", "tool-c1", "tool-c2"]),
+    # killed inside tool c2 once c1 was committed: only c2 runs again
+    ("parallel", ["model1", "model2", "tool-c1", "tool-c2", "tool-c2"]),
+])
+def test_sigkill_then_resume_calls_nothing_committed_again(
+        kill_at: str, calls: list[str], uninterrupted: dict, tmp_path: Any) -> None:
+    data, led = str(tmp_path / "data"), str(tmp_path / "ledger")
+    killed = run_child(data, led, "run_k1", kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = run_child(data, led, "run_k1", "none")
+    assert resumed.returncode == 0, resumed.stderr
+    assert ledger(led) == sorted(calls)
+    out = json.loads(resumed.stdout)
+    # Output and usage equal an uninterrupted run's (the agent run id is the run's own).
+    assert {k: v for k, v in out.items() if k != "runId"} == \
+        {k: v for k, v in uninterrupted.items() if k != "runId"}
+    # Replaying the log in a fresh process re-executes the body calling nothing.
+    replayed = run_child(data, led, "run_k1", "replay")
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout) == out and ledger(led) == sorted(calls)
