@@ -39,24 +39,22 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 try:
-    from pydantic_ai._agent_graph import set_agent_graph_sleep
+    from pydantic_ai import Agent
     from pydantic_ai.agent import EventStreamHandler
     from pydantic_ai.capabilities.abstract import WrapRunHandler
     from pydantic_ai.durable_exec import (
+        JSON_CODEC,
         BaseDurabilityCapability,
         DurabilityEngineSpec,
-        JournalCallableOperationBackend,
-        conversation_id_from_run_id,
-    )
-    from pydantic_ai.durable_exec._codec import JSON_CODEC
-    from pydantic_ai.durable_exec._operation import (
         DurableOperationId,
         EventStreamHandlerId,
+        JournalCallableOperationBackend,
         ModelRequestId,
+        RoleBasedOperationConfig,
         ToolsetCallToolId,
         ToolsetValidateToolArgumentsId,
+        conversation_id_from_run_id,
     )
-    from pydantic_ai.durable_exec._operation_backend import RoleBasedOperationConfig
     from pydantic_ai.messages import AgentStreamEvent
     from pydantic_ai.models import Model
     from pydantic_ai.run import AgentRunResult
@@ -269,7 +267,7 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
                 return
             await run.sleep(_OCCURRENCES.path(run, prefix), max(seconds, 0))
 
-        with set_agent_graph_sleep(durable_sleep):
+        with Agent.using_sleep(durable_sleep):
             return await super().wrap_run(ctx, handler=handler)
 
     async def _dispatch_event_stream_event(self, ctx: AgentRunContext[AgentDepsT],
