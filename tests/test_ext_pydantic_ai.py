@@ -272,3 +272,80 @@ def test_sigkill_then_resume_calls_nothing_committed_again(
     replayed = run_child(data, led, "run_k1", "replay")
     assert replayed.returncode == 0, replayed.stderr
     assert json.loads(replayed.stdout) == out and ledger(led) == sorted(calls)
+
+
+def test_deferred_tool_approval_suspends_the_run_until_send_event(lw_world: Any) -> None:
+    from pydantic_ai import DeferredToolRequests
+
+    from little_workflow.ext.pydantic_ai import wait_for_approvals
+
+    deleted: list[str] = []
+    model_calls: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        model_calls.append(1)
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"done: {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("delete_file", {"name": "a.txt"}, tool_call_id="d1")])
+
+    agent = Agent(FunctionModel(model_fn), name="janitor", output_type=[str, DeferredToolRequests],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(name: str) -> str:
+        deleted.append(name)
+        return f"deleted {name}"
+
+    @lw.workflow(id="janitor")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("clean up")
+        if isinstance(result.output, DeferredToolRequests):
+            decisions = await wait_for_approvals(ctx, "approve", result.output)
+            result = await agent.run(message_history=result.all_messages(),
+                                     deferred_tool_results=decisions)
+        return {"output": result.output}
+
+    first = lw.run_workflow(wf, {}, world=lw_world, run_id="run_j1", suspend=True)
+    assert first.status == "waiting" and first.waiting["name"] == "approval"
+    assert deleted == [] and len(model_calls) == 1
+    lw.send_event(lw_world, "run_j1", "approval", {"approvals": {"d1": True}})
+    done = lw.run_workflow(wf, {}, world=lw_world, run_id="run_j1", suspend=True)
+    assert done.status == "completed" and done.output == {"output": "done: deleted a.txt"}
+    # The first agent run was served from the log on resume: one model call before, one after.
+    assert deleted == ["a.txt"] and len(model_calls) == 2
+    assert lw.replay_run(lw_world, "run_j1", wf).output == done.output
+
+
+def test_denied_tool_call_is_not_run(lw_world: Any) -> None:
+    from pydantic_ai import DeferredToolRequests
+
+    from little_workflow.ext.pydantic_ai import wait_for_approvals
+
+    deleted: list[str] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"result: {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("delete_file", {"name": "b.txt"}, tool_call_id="d2")])
+
+    agent = Agent(FunctionModel(model_fn), name="janitor2", output_type=[str, DeferredToolRequests],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(name: str) -> str:
+        deleted.append(name)
+        return f"deleted {name}"
+
+    @lw.workflow(id="janitor2")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("clean up")
+        decisions = await wait_for_approvals(ctx, "approve", result.output)
+        result = await agent.run(message_history=result.all_messages(), deferred_tool_results=decisions)
+        return {"output": result.output}
+
+    lw.send_event(lw_world, lw.start_workflow(wf, {}, world=lw_world, run_id="run_j2"), "approval",
+                  {"approvals": {"d2": "not that file"}})
+    done = lw.run_workflow(wf, {}, world=lw_world, run_id="run_j2")
+    assert deleted == [] and done.output == {"output": "result: not that file"}

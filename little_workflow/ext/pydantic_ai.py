@@ -39,7 +39,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 try:
-    from pydantic_ai import Agent
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
     from pydantic_ai.agent import EventStreamHandler
     from pydantic_ai.capabilities.abstract import WrapRunHandler
     from pydantic_ai.durable_exec import (
@@ -70,7 +70,7 @@ from ..errors import StepFailedError
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
 
-__all__ = ["LittleWorkflowDurability", "STEP_PREFIX"]
+__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "wait_for_approvals"]
 
 #: The first segment of every step path the capability makes.
 STEP_PREFIX = "pydantic-ai"
@@ -277,3 +277,40 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
             await super()._dispatch_event_stream_event(ctx, event)
         finally:
             _event_run.reset(token)
+
+
+async def wait_for_approvals(
+    ctx: RunContext,
+    path: str,
+    requests: DeferredToolRequests,
+    *,
+    event_name: str = "approval",
+    timeout: float | None = None,
+) -> DeferredToolResults | None:
+    """Wait durably for a person to approve the tool calls an agent run deferred
+    (tools with `requires_approval=True`), and return the `DeferredToolResults` to pass to
+    the next `agent.run(message_history=..., deferred_tool_results=...)`.
+
+    The decision arrives as an event sent to the run:
+    `lw.send_event(world, run_id, "approval", {"approvals": {tool_call_id: true | false |
+    "reason it was denied"}})`; a call the payload does not name is denied. It is a
+    `ctx.wait_for_event`, so with `run_workflow(..., suspend=True)` the run stops while it
+    waits and continues where it was once the event is sent. None when `timeout` passes.
+    """
+    payload = await ctx.wait_for_event(path, event_name, timeout=timeout)
+    if payload is None:
+        return None
+    decisions = payload.get("approvals") if isinstance(payload, dict) else None
+    if not isinstance(decisions, dict):
+        raise ValueError(
+            f"approval event for step {path!r} of run {ctx.run_id}: expected "
+            f"{{'approvals': {{tool_call_id: true | false | 'reason'}}}}, got {payload!r}")
+    approvals: dict[str, bool | ToolDenied] = {}
+    for call in requests.approvals:
+        decision = decisions.get(call.tool_call_id, False)
+        if decision is True:
+            approvals[call.tool_call_id] = True
+        else:
+            reason = decision if isinstance(decision, str) else "The tool call was not approved."
+            approvals[call.tool_call_id] = ToolDenied(reason)
+    return DeferredToolResults(approvals=approvals)
