@@ -39,6 +39,17 @@ class Counter:
 
 
 def weather_agent(counter: Counter, name: str = "forecaster", **capability: Any) -> Agent:
+    async def stream_fn(messages: list, info: AgentInfo) -> Any:
+        from pydantic_ai.models.function import DeltaToolCall
+
+        response = model_fn(messages, info)
+        for i, part in enumerate(response.parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            else:
+                yield {i: DeltaToolCall(name=part.tool_name, json_args=json.dumps(part.args),
+                                        tool_call_id=part.tool_call_id)}
+
     def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
         counter.model += 1
         returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
@@ -47,7 +58,7 @@ def weather_agent(counter: Counter, name: str = "forecaster", **capability: Any)
         return ModelResponse(parts=[ToolCallPart("weather", {"city": "Paris"}, tool_call_id="c1"),
                                     ToolCallPart("weather", {"city": "Oslo"}, tool_call_id="c2")])
 
-    agent = Agent(FunctionModel(model_fn), name=name,
+    agent = Agent(FunctionModel(model_fn, stream_function=stream_fn), name=name,
                   capabilities=[LittleWorkflowDurability(**capability)])
 
     @agent.tool_plain
@@ -349,3 +360,54 @@ def test_denied_tool_call_is_not_run(lw_world: Any) -> None:
                   {"approvals": {"d2": "not that file"}})
     done = lw.run_workflow(wf, {}, world=lw_world, run_id="run_j2")
     assert deleted == [] and done.output == {"output": "result: not that file"}
+
+
+def test_run_stream_and_an_event_stream_handler_are_durable(lw_world: Any) -> None:
+    counter = Counter()
+    seen: list[str] = []
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for event in events:
+            seen.append(type(event).__name__)
+
+    agent = weather_agent(counter, name="streamer", event_stream_handler=handler)
+
+    @lw.workflow(id="stream")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        async with agent.run_stream(input["q"]) as run:
+            output = await run.get_output()
+        return {"output": output}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_st1")
+    assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris"}
+    paths = unit_paths(lw_world, "run_st1")
+    assert any("request_stream" in p for p in paths), paths
+    events = [p for p in paths if "/events/" in p]
+    assert events, paths   # tool events handled in their own steps
+    handled = list(seen)
+    assert lw.replay_run(lw_world, "run_st1", wf).output == res.output
+    assert counter.model == 2 and len(counter.tools) == 2
+    assert handled.count("FunctionToolCallEvent") == 2 and handled.count("FunctionToolResultEvent") == 2
+    # Replay serves the handler's steps (and the model request streamed inside its step)
+    # from the log: the handler is not called again.
+    assert seen == handled
+
+
+def test_a_registered_model_can_be_selected_inside_a_workflow(lw_world: Any) -> None:
+    def other_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("from the other model")])
+
+    other = FunctionModel(other_fn)
+    counter = Counter()
+    agent = weather_agent(counter, name="selector", models={"other": other})
+
+    @lw.workflow(id="select")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        a = await agent.run("weather?")
+        b = await agent.run("anything", model=other)
+        return {"a": a.output, "b": b.output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_sel1")
+    assert res.output == {"a": "forecast: sunny in Oslo; sunny in Paris", "b": "from the other model"}
+    assert any("model.request.other" in p for p in unit_paths(lw_world, "run_sel1"))
+    assert lw.replay_run(lw_world, "run_sel1", wf).output == res.output
