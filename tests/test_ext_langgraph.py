@@ -284,7 +284,7 @@ def test_a_tasks_writes_are_one_atomic_file(memory_world: Any) -> None:
     calls.clear()
     saver.put_writes(cfg, [("a", 1), ("b", 2), ("c", 3)], "task-1")
     assert [c for c in calls if c in ("create_document", "write_document", "create_file",
-                                      "write_file")] == ["create_document"]
+                                      "write_file")] == ["create_file"]
     # The same task again (a retry) changes nothing already kept.
     saver.put_writes(cfg, [("a", 10), ("b", 20), ("c", 30)], "task-1")
     assert [(c, v) for _, c, v in saver.get_tuple(cfg).pending_writes] == [("a", 1), ("b", 2), ("c", 3)]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -81,6 +82,11 @@ def _id_from_name(name: str) -> str | None:
         return bytes.fromhex(name[:-5]).decode()
     except ValueError:
         return None
+
+
+def _json_bytes(doc: Any) -> bytes:
+    # Compact, for the C encoder: checkpoints are written once per super-step.
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
@@ -161,7 +167,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             if thread_id in self._indexed_threads:
                 return
         owner = thread_owner_run_id(thread_id)
-        self.world.create_document(f"{THREADS_DIR}/{owner}.json", {"threadId": thread_id})
+        self.world.create_file(f"{THREADS_DIR}/{owner}.json", _json_bytes({"threadId": thread_id}))
         with self._lock:
             self._indexed_threads.add(thread_id)
 
@@ -295,7 +301,8 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             "metadata": self._dump(owner, get_checkpoint_metadata(config, metadata)),
             "channels": {ch: self._dump(owner, v) for ch, v in values.items()},
         }
-        self.world.write_document(self._checkpoint_path(thread_id, ns, checkpoint["id"]), record)
+        self.world.write_file(self._checkpoint_path(thread_id, ns, checkpoint["id"]),
+                              _json_bytes(record))
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -323,16 +330,16 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             # them stored (LangGraph would take the task as done and drop the rest), and a
             # retried task never changes writes already kept.
             path = f"{folder}/{task_key}.json"
-            if not self.world.create_document(path, {**head, "writes": regular}):
+            if not self.world.create_file(path, _json_bytes({**head, "writes": regular})):
                 kept = self._read_record(path) or {**head, "writes": []}
                 have = {w["idx"] for w in kept["writes"]}
                 extra = [w for w in regular if w["idx"] not in have]
                 if extra:
-                    self.world.write_document(path, {**kept, "writes": kept["writes"] + extra})
+                    self.world.write_file(path, _json_bytes({**kept, "writes": kept["writes"] + extra}))
         for entry in special:
             # Errors, interrupts, resumes (idx < 0): the newest replaces the last.
-            self.world.write_document(f"{folder}/{task_key}.m{-entry['idx']}.json",
-                                      {**head, "writes": [entry]})
+            self.world.write_file(f"{folder}/{task_key}.m{-entry['idx']}.json",
+                                  _json_bytes({**head, "writes": [entry]}))
 
     # ---- removing and copying ------------------------------------------------------
 
@@ -397,12 +404,13 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                     if w is not None:
                         w["writes"] = [{**x, "value": self._repack(owner, x["value"])}
                                        for x in w["writes"]]
-                        self.world.write_document(f"{target_dir}/{key}/w/{_id_name(cid)}/{name}", w)
+                        self.world.write_file(f"{target_dir}/{key}/w/{_id_name(cid)}/{name}",
+                                              _json_bytes(w))
                 rec["threadId"] = target
                 for field in ("checkpoint", "metadata"):
                     rec[field] = self._repack(owner, rec[field])
                 rec["channels"] = {ch: self._repack(owner, v) for ch, v in rec["channels"].items()}
-                self.world.write_document(f"{target_dir}/{key}/c/{_id_name(cid)}.json", rec)
+                self.world.write_file(f"{target_dir}/{key}/c/{_id_name(cid)}.json", _json_bytes(rec))
 
     # ---- async: the same operations off the event loop ------------------------------
 
