@@ -411,3 +411,33 @@ def test_a_registered_model_can_be_selected_inside_a_workflow(lw_world: Any) -> 
     assert res.output == {"a": "forecast: sunny in Oslo; sunny in Paris", "b": "from the other model"}
     assert any("model.request.other" in p for p in unit_paths(lw_world, "run_sel1"))
     assert lw.replay_run(lw_world, "run_sel1", wf).output == res.output
+
+
+def test_tool_retry_is_an_lw_retry_of_the_tool_step(lw_world: Any) -> None:
+    calls: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"got {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("flaky", {}, tool_call_id="f1")])
+
+    agent = Agent(FunctionModel(model_fn), name="flaky_agent",
+                  capabilities=[LittleWorkflowDurability(tool_retry=lw.Retry(max_attempts=3, backoff=0))])
+
+    @agent.tool_plain
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("try again")
+        return "ok"
+
+    @lw.workflow(id="flaky")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("go")).output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_f1")
+    assert res.output == {"output": "got ok"} and len(calls) == 3
+    state = lw.materialize_run_state(lw_world, "run_f1")
+    tool_step = next(s for p, s in state.steps.items() if p.endswith("/f1"))
+    assert tool_step.attempts == 3

@@ -290,8 +290,8 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         ns = conf.get("checkpoint_ns", "") or ""
         owner = thread_owner_run_id(thread_id)
         self._index_thread(thread_id)
-        body = dict(checkpoint)
-        values = body.pop("channel_values", {}) or {}
+        body: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = body.pop("channel_values", None) or {}
         record = {
             "threadId": thread_id,
             "checkpointNs": ns,
@@ -319,10 +319,12 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         owner = thread_owner_run_id(thread_id)
         folder = self._writes_dir(thread_id, ns, checkpoint_id)
         task_key = hashlib.sha256(task_id.encode()).hexdigest()[:24]
-        regular, special = [], []
+        regular: list[dict[str, Any]] = []
+        special: list[dict[str, Any]] = []
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
-            entry = {"idx": idx, "channel": channel, "value": self._dump(owner, value)}
+            entry: dict[str, Any] = {"idx": idx, "channel": channel,
+                                     "value": self._dump(owner, value)}
             (regular if idx >= 0 else special).append(entry)
         head = {"taskId": task_id, "taskPath": task_path}
         if regular:

@@ -39,7 +39,13 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 try:
-    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+    from pydantic_ai import (
+        Agent,
+        DeferredToolRequests,
+        DeferredToolResults,
+        ToolApproved,
+        ToolDenied,
+    )
     from pydantic_ai.agent import EventStreamHandler
     from pydantic_ai.capabilities.abstract import WrapRunHandler
     from pydantic_ai.durable_exec import (
@@ -305,7 +311,7 @@ async def wait_for_approvals(
         raise ValueError(
             f"approval event for step {path!r} of run {ctx.run_id}: expected "
             f"{{'approvals': {{tool_call_id: true | false | 'reason'}}}}, got {payload!r}")
-    approvals: dict[str, bool | ToolDenied] = {}
+    approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
     for call in requests.approvals:
         decision = decisions.get(call.tool_call_id, False)
         if decision is True:
