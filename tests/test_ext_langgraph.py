@@ -288,3 +288,52 @@ def test_a_tasks_writes_are_one_atomic_file(memory_world: Any) -> None:
     # The same task again (a retry) changes nothing already kept.
     saver.put_writes(cfg, [("a", 10), ("b", 20), ("c", 30)], "task-1")
     assert [(c, v) for _, c, v in saver.get_tuple(cfg).pending_writes] == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_concurrent_writers_on_one_thread_on_s3(tmp_path: Any, request: Any) -> None:
+    """Two hosts (their own s3fs objects and caches) write checkpoints and writes into one
+    thread at once: every checkpoint is its own object and a task's writes are published
+    once (a conditional PUT), so nothing is lost or torn, and either host reads them all."""
+    maker = WorldMaker("s3", tmp_path, request)
+    hosts = [maker(), maker.reopen()]
+    race = WorldCheckpointSaver(hosts[0]).put(generate_config("race"), generate_checkpoint(),
+                                              generate_metadata(), {})
+    stored: list[list[str]] = [[], []]
+    errors: list[BaseException] = []
+
+    def write(h: int) -> None:
+        try:
+            saver = WorldCheckpointSaver(hosts[h])
+            for i in range(15):
+                cfg = saver.put(generate_config("shared", checkpoint_ns="" if i % 2 else "sub:1|x"),
+                                generate_checkpoint(channel_values={"host": h, "i": i}),
+                                generate_metadata(step=i, host=h), {})
+                saver.put_writes(cfg, [("a", h), ("b", i)], "task-same")
+                stored[h].append(cfg["configurable"]["checkpoint_id"])
+                # Both hosts write task race-i's writes to one checkpoint: one host's stay.
+                saver.put_writes(race, [("a", h), ("b", h)], f"race-{i}")
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(h,)) for h in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for world in hosts:
+        saver = WorldCheckpointSaver(world)
+        tuples = list(saver.list({"configurable": {"thread_id": "shared"}}))  # every namespace
+        assert sorted(t.config["configurable"]["checkpoint_id"] for t in tuples) == sorted(stored[0] + stored[1])
+        for t in tuples:
+            host = t.checkpoint["channel_values"]["host"]
+            assert t.metadata["host"] == host
+            assert [(c, v) for _, c, v in t.pending_writes] == [("a", host), ("b", t.checkpoint["channel_values"]["i"])]
+        raced = saver.get_tuple(race).pending_writes
+        assert len(raced) == 30
+        by_task: dict[str, list] = {}
+        for task, _, v in raced:
+            by_task.setdefault(task, []).append(v)
+        assert all(len(set(vs)) == 1 and len(vs) == 2 for vs in by_task.values()), by_task
+    for world in hosts:
+        world.close()
