@@ -441,3 +441,35 @@ def test_tool_retry_is_an_lw_retry_of_the_tool_step(lw_world: Any) -> None:
     state = lw.materialize_run_state(lw_world, "run_f1")
     tool_step = next(s for p, s in state.steps.items() if p.endswith("/f1"))
     assert tool_step.attempts == 3
+
+
+def test_sigkill_while_waiting_for_approval_then_approve_and_resume(tmp_path: Any) -> None:
+    import time
+
+    data, led = str(tmp_path / "data"), str(tmp_path / "ledger")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, os.path.join(TESTS, "pydantic_ai_approval_child.py"), data, led, "run_ap1"]
+    waiting = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:  # until the run waits for the approval
+            if os.path.exists(data):
+                with lw.local_world(data) as world:
+                    if "run_ap1" in world.list_runs() and \
+                            lw.materialize_run_state(world, "run_ap1").status == "waiting":
+                        break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the run never waited for its approval")
+    finally:
+        waiting.send_signal(signal.SIGKILL)
+        waiting.wait(30)
+    assert waiting.returncode == -signal.SIGKILL
+    assert ledger(led) == ["model1"]
+    with lw.local_world(data) as world:
+        lw.send_event(world, "run_ap1", "approval", {"approvals": {"r1": True}})
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"output": "done: refunded A-17", "requests": 1}
+    # The first agent run's model request came from the log: one call before, one after.
+    assert ledger(led) == ["model1", "model2", "refund"]
