@@ -337,3 +337,22 @@ def test_concurrent_writers_on_one_thread_on_s3(tmp_path: Any, request: Any) -> 
         assert all(len(set(vs)) == 1 and len(vs) == 2 for vs in by_task.values()), by_task
     for world in hosts:
         world.close()
+
+
+def test_a_world_holding_threads_verifies_clean_and_lists_them(tmp_path: Any) -> None:
+    with lw.local_world(str(tmp_path / "data")) as world:
+        saver = WorldCheckpointSaver(world)
+        cfg = saver.put(generate_config("t-big"), generate_checkpoint(channel_values={"big": "x" * 100_000}),
+                        generate_metadata(), {})
+        saver.put_writes(cfg, [("a", "y" * 70_000)], "task")
+        owner = thread_owner_run_id("t-big")
+        # Its artifacts have an owner with a log: verify finds no orphan.
+        report = lw.verify_world(world)
+        assert report.ok, report
+        assert world.list_runs() == [owner]
+        assert [e.type for e in world.list_events(owner)] == ["langgraph.thread"]
+        # gc leaves the thread alone: its run never finishes.
+        assert lw.gc(world, older_than=0).run_ids == []
+        assert saver.get_tuple(generate_config("t-big")) is not None
+        saver.delete_thread("t-big")
+        assert world.list_runs() == [] and lw.verify_world(world).ok

@@ -8,7 +8,9 @@ graph = builder.compile(checkpointer=WorldCheckpointSaver(lw.virtual_world("s3:/
 
 Everything goes through World methods (documents, files, artifacts), so it works on every
 World and `tracing_world` sees each read and write. One LangGraph thread belongs to one
-owner run id, `run_lg_<sha256(thread_id)[:32]>`, which holds no events:
+owner run id, `run_lg_<sha256(thread_id)[:32]>`, whose log holds one event,
+`langgraph.thread {threadId}` (so `little runs` lists the thread and `little verify` finds
+the owner of its artifacts; workers and gc leave it alone: it is never active or finished):
 
 ```
 langgraph/threads/<ownerRunId>.json                     {"threadId"}  (for list(None))
@@ -59,10 +61,11 @@ __all__ = ["WorldCheckpointSaver", "thread_owner_run_id"]
 INLINE_LIMIT = 64 * 1024
 THREADS_DIR = "langgraph/threads"
 ARTIFACT_NAME = "langgraph-value"
+THREAD_EVENT = "langgraph.thread"
 
 
 def thread_owner_run_id(thread_id: str) -> str:
-    """The run id that owns a thread's files and artifacts (it holds no events)."""
+    """The run id that owns a thread's files and artifacts."""
     return "run_lg_" + hashlib.sha256(str(thread_id).encode()).hexdigest()[:32]
 
 
@@ -167,6 +170,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             if thread_id in self._indexed_threads:
                 return
         owner = thread_owner_run_id(thread_id)
+        # The owner run's one event: it names the thread in its log, so `little runs` lists
+        # the thread and `little verify` finds an owner for its artifacts (idempotent: the
+        # same key and payload from any process is the same event).
+        self.world.append_event(owner, THREAD_EVENT, {"threadId": thread_id},
+                                idempotency_key=THREAD_EVENT)
         self.world.create_file(f"{THREADS_DIR}/{owner}.json", _json_bytes({"threadId": thread_id}))
         with self._lock:
             self._indexed_threads.add(thread_id)
