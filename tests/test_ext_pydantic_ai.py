@@ -473,3 +473,24 @@ def test_sigkill_while_waiting_for_approval_then_approve_and_resume(tmp_path: An
     assert json.loads(done.stdout) == {"output": "done: refunded A-17", "requests": 1}
     # The first agent run's model request came from the log: one call before, one after.
     assert ledger(led) == ["model1", "model2", "refund"]
+
+
+def test_run_stream_events_inside_a_workflow(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter, name="eventer")
+
+    @lw.workflow(id="events")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        kinds, output = [], None
+        async with agent.run_stream_events(input["q"]) as events:
+            async for event in events:
+                kinds.append(type(event).__name__)
+                if type(event).__name__ == "AgentRunResultEvent":
+                    output = event.result.output
+        return {"output": output, "toolCalls": kinds.count("FunctionToolCallEvent")}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_ev1")
+    assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris", "toolCalls": 2}
+    assert len(unit_paths(lw_world, "run_ev1")) == 4
+    assert lw.replay_run(lw_world, "run_ev1", wf).output == res.output
+    assert counter.model == 2 and len(counter.tools) == 2
