@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import (
     DocumentCorruptError,
@@ -380,14 +380,9 @@ class World:
         return FrozenDict({REF_KEY: manifest.artifact_ref})
 
     def resolve_refs(self, value: Any) -> Any:
-        """A payload value with every spilled `{"$ref": "artifact://…"}` read back."""
-        if isinstance(value, dict):
-            if _is_ref(value):
-                return self.read_artifact(value[REF_KEY])
-            return {k: self.resolve_refs(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.resolve_refs(v) for v in value]
-        return value
+        """A plain copy of a payload value with every spilled `{"$ref": "artifact://…"}`
+        read back (see `read_back`)."""
+        return read_back(value, self.read_artifact)
 
     def _receipt(self, run_id: str, ledger: RunLedger, key: str, digest: str) -> Event | None:
         hit = ledger.receipts.get(key)
@@ -651,6 +646,31 @@ def _document_bytes(doc: Any) -> bytes:
     return json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
 
 
+def spilled_ref(value: Any) -> str | None:
+    """The artifact ref when `value` is the stand-in of a spilled value,
+    `{"$ref": "artifact://…"}`; None for anything else."""
+    if isinstance(value, dict) and len(value) == 1:
+        ref = value.get(REF_KEY)
+        if isinstance(ref, str) and ref.startswith(ARTIFACT_REF_PREFIX):
+            return ref
+    return None
+
+
 def _is_ref(value: Any) -> bool:
-    return (isinstance(value, dict) and len(value) == 1 and isinstance(value.get(REF_KEY), str)
-            and value[REF_KEY].startswith(ARTIFACT_REF_PREFIX))
+    return spilled_ref(value) is not None
+
+
+def read_back(value: Any, read_artifact: Callable[[str], Any]) -> Any:
+    """A plain (mutable) copy of a payload value as it was appended: every spilled part
+    read back through `read_artifact`, also parts spilled inside a spilled part (a dict
+    that gave up members, then was given up by its parent). One walk, as `thaw` makes:
+    a value with nothing spilled costs its copy and no read."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            ref = spilled_ref(value)
+            if ref is not None:
+                return read_back(read_artifact(ref), read_artifact)
+        return {k: read_back(v, read_artifact) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [read_back(v, read_artifact) for v in value]
+    return value
