@@ -131,6 +131,47 @@ def test_a_part_spilled_inside_a_spilled_part_reads_back_also_in_a_fork_after_gc
     assert lw.run_workflow(deep, {}, world=world, run_id=fork_id).output == digest(value)
 
 
+def test_the_limit_counts_bytes_of_utf8_not_characters(maker):
+    """64 KiB of canonical JSON is bytes: a payload of two-byte characters over the limit
+    in bytes, though under it in characters, is spilled too, and reads back."""
+    world = maker()
+
+    @lw.workflow(id="accents")
+    async def accents(ctx, input):
+        return digest(await ctx.wait_for_event("w", "big"))
+
+    for size in SIZES:
+        value = "\u00e9" * ((size - 2) // 2)  # é: two bytes in UTF-8
+        run_id = f"run_utf{size}"
+        lw.start_workflow(accents, {}, world=world, run_id=run_id)
+        lw.send_event(world, run_id, "big", value)
+        for e in world.list_events(run_id):
+            payload = json.dumps(e.payload, ensure_ascii=False, sort_keys=True,
+                                 separators=(",", ":")).encode()
+            assert len(payload) <= LIMIT, f"{e.type} holds {len(payload)} bytes inline"
+        assert lw.run_workflow(accents, {}, world=world, run_id=run_id).output == digest(value)
+        assert lw.replay_run(world, run_id, accents).output == digest(value)
+
+
+def test_a_value_of_many_small_parts_is_spilled_whole(maker):
+    """A dict over the limit whose members are each smaller than a reference is stored
+    as one artifact, not as thousands of references larger than what they replace."""
+    world = maker()
+
+    @lw.workflow(id="wide")
+    async def wide(ctx, input):
+        return digest(await ctx.wait_for_event("w", "big"))
+
+    value = {f"k{i}": i for i in range(8000)}
+    assert len(json.dumps(value, separators=(",", ":"))) > LIMIT
+    lw.start_workflow(wide, {}, world=world, run_id="run_wide")
+    before = len(world.list_artifacts("run_wide"))
+    event = lw.send_event(world, "run_wide", "big", value)
+    assert len(json.dumps(event.payload, separators=(",", ":"))) <= LIMIT
+    assert len(world.list_artifacts("run_wide")) - before == 1
+    assert lw.run_workflow(wide, {}, world=world, run_id="run_wide").output == digest(value)
+
+
 # ---- 2. inputs, through a worker --------------------------------------------------------
 
 def test_a_worker_runs_a_started_run_with_its_spilled_input(maker):
@@ -409,3 +450,21 @@ def test_cli_replay_and_inspector_show_the_values(disk_maker):
     assert res.exit_code == 0
     created = json.loads(res.output)[0]
     assert created["payload"]["input"]["blob"]["$ref"].startswith("artifact://")
+
+
+def test_cli_events_prints_a_long_failure_message_in_full(disk_maker):
+    from little_workflow.cli import cli
+
+    world = disk_maker()
+    message = "boom " + text_of(70_000, "e")
+
+    @lw.workflow(id="fails-long")
+    async def fails_long(ctx, input):
+        raise ValueError(message)
+
+    with pytest.raises(lw.WorkflowFailedError):
+        lw.run_workflow(fails_long, {}, world=world, run_id="run_long_err")
+    assert spilled(world, "run_long_err", "run.failed")
+    res = CliRunner().invoke(cli, ["events", "run_long_err", *world_args(disk_maker)])
+    assert res.exit_code == 0, res.output
+    assert f"run failed: ValueError: {message}" in res.output

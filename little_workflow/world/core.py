@@ -47,6 +47,8 @@ from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
 #: referenced as `{"$ref": "artifact://…"}` (DESIGN §10: bounded events).
 INLINE_LIMIT = 64 * 1024
 REF_KEY = "$ref"
+#: Bytes of a spilled value's stand-in, `{"$ref":"artifact://art_<16 hex>"}`.
+REF_SIZE = len('{"$ref":"artifact://art_0123456789abcdef"}')
 #: Terminal events: nothing is appended after them, except the outer loop's record.
 AFTER_END_ALLOWED = frozenset({"outer_loop.cycle_completed"})
 
@@ -255,7 +257,7 @@ class World:
             raise EventPayloadError(run_id, type, str(e)) from None
         except RecursionError:
             raise EventPayloadError(run_id, type, "it is nested too deeply to store") from None
-        if len(payload_json) > INLINE_LIMIT:
+        if json_size(payload_json) > INLINE_LIMIT:
             frozen = self._spill(run_id, type, frozen)
             payload_json = canonical_json(frozen)
             refs = set()
@@ -355,21 +357,26 @@ class World:
 
     def _spill(self, run_id: str, type_: str, value: Any, pointer: str = "") -> Any:
         """Move every value larger than INLINE_LIMIT into an artifact, innermost first;
-        a dict still too large then gives up its largest members. Deterministic, so a
-        repeated append (same idempotency key) stores the same payload."""
-        size = len(canonical_json(value))
+        a dict still too large then gives up its largest members, and is given up whole
+        when what is left is members no larger than a reference (thousands of small
+        ones). The payload itself is never given up whole: its keys are the event's
+        (`stepPath`, `name`…) and every caller's value lives one level down.
+        Deterministic, so a repeated append (same idempotency key) stores the same payload."""
+        size = json_size(canonical_json(value))
         if size <= INLINE_LIMIT:
             return value
         if isinstance(value, dict) and not _is_ref(value):
             out = {k: self._spill(run_id, type_, v, f"{pointer}/{k}") for k, v in value.items()}
-            sizes = sorted(((len(canonical_json(v)), k) for k, v in out.items() if not _is_ref(v)),
-                           reverse=True)
-            total = len(canonical_json(out))
+            sizes = sorted(((json_size(canonical_json(v)), k) for k, v in out.items()
+                            if not _is_ref(v)), reverse=True)
+            total = json_size(canonical_json(out))
             for member_size, k in sizes:
-                if total <= INLINE_LIMIT:
+                if total <= INLINE_LIMIT or member_size <= REF_SIZE:
                     break
                 out[k] = self._stored_ref(run_id, type_, out[k], f"{pointer}/{k}")
-                total -= member_size
+                total += REF_SIZE - member_size
+            if total > INLINE_LIMIT and pointer:
+                return self._stored_ref(run_id, type_, out, pointer)
             return FrozenDict(out)
         return self._stored_ref(run_id, type_, value, pointer)
 
@@ -644,6 +651,16 @@ def _storage(path: str) -> Iterator[None]:
 
 def _document_bytes(doc: Any) -> bytes:
     return json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
+
+
+def json_size(text: str) -> int:
+    """Bytes of `text` in UTF-8, exact where it matters against INLINE_LIMIT: a text short
+    enough that even four bytes a character stay under the limit (nearly every payload)
+    is measured by its length, with no encoding."""
+    n = len(text)
+    if 4 * n <= INLINE_LIMIT or text.isascii():
+        return n
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def spilled_ref(value: Any) -> str | None:
