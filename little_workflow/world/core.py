@@ -681,13 +681,17 @@ def read_back(value: Any, read_artifact: Callable[[str], Any]) -> Any:
     """A plain (mutable) copy of a payload value as it was appended: every spilled part
     read back through `read_artifact`, also parts spilled inside a spilled part (a dict
     that gave up members, then was given up by its parent). One walk, as `thaw` makes:
-    a value with nothing spilled costs its copy and no read."""
-    if isinstance(value, dict):
-        if len(value) == 1:
-            ref = spilled_ref(value)
-            if ref is not None:
-                return read_back(read_artifact(ref), read_artifact)
-        return {k: read_back(v, read_artifact) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [read_back(v, read_artifact) for v in value]
-    return value
+    a value with nothing spilled costs its copy and no read (measured: as `thaw`)."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            if len(value) == 1 and REF_KEY in value:
+                ref = spilled_ref(value)
+                if ref is not None:
+                    return walk(read_artifact(ref))
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(value)
