@@ -445,6 +445,11 @@ def test_cli_replay_and_inspector_show_the_values(disk_maker):
     assert res.exit_code == 0 and "$ref" not in res.output and "oooo" in res.output
     data = run_page_data(world, "run_shown")
     assert data["input"] == {"blob": big_in} and data["output"] == big_out
+    page = disk_maker.tmp_path / "run_shown.html"
+    res = runner.invoke(cli, ["inspect", "run_shown", "--html", str(page), *world_args(disk_maker)])
+    assert res.exit_code == 0, res.output
+    html = page.read_text("utf-8")
+    assert big_in in html and big_out in html
     # The event table shows the log as stored: a spilled value as its reference.
     res = runner.invoke(cli, ["events", "run_shown", "--json", *world_args(disk_maker)])
     assert res.exit_code == 0
