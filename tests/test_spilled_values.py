@@ -473,3 +473,29 @@ def test_cli_events_prints_a_long_failure_message_in_full(disk_maker):
     res = CliRunner().invoke(cli, ["events", "run_long_err", *world_args(disk_maker)])
     assert res.exit_code == 0, res.output
     assert f"run failed: ValueError: {message}" in res.output
+
+
+def test_the_inspector_shows_a_spilled_attempt_error_as_text(disk_maker):
+    from little_workflow.ops.inspect import PAYLOAD_TEXT_LIMIT, run_page_data
+
+    world = disk_maker()
+    message = "flaky " + text_of(70_000, "f")
+    failures = {"left": 1}
+
+    def flaky():
+        if failures["left"]:
+            failures["left"] -= 1
+            raise ConnectionError(message)
+        return "ok"
+
+    @lw.workflow(id="flaky-long")
+    async def flaky_long(ctx, input):
+        return await ctx.step("call", flaky, retry=lw.Retry(max_attempts=2, backoff=0))
+
+    assert lw.run_workflow(flaky_long, {}, world=world, run_id="run_flaky").output == "ok"
+    assert spilled(world, "run_flaky", "step.failed")
+    spans = run_page_data(world, "run_flaky")["steps"][0]["spans"]
+    error = spans[0]["error"]
+    assert error["type"] == "ConnectionError" and isinstance(error["message"], str)
+    assert error["message"].startswith("flaky fff")
+    assert len(error["message"]) <= PAYLOAD_TEXT_LIMIT + 40  # bounded, as event rows are
