@@ -494,3 +494,33 @@ def test_run_stream_events_inside_a_workflow(lw_world: Any) -> None:
     assert len(unit_paths(lw_world, "run_ev1")) == 4
     assert lw.replay_run(lw_world, "run_ev1", wf).output == res.output
     assert counter.model == 2 and len(counter.tools) == 2
+
+
+def test_a_tool_result_over_64_kib_goes_through_an_artifact(lw_world: Any) -> None:
+    big = "".join(chr(97 + i % 26) for i in range(100_000))
+    calls: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"read {len(returns[-1].content)} characters")])
+        return ModelResponse(parts=[ToolCallPart("read_book", {}, tool_call_id="b1")])
+
+    agent = Agent(FunctionModel(model_fn), name="reader", capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def read_book() -> str:
+        calls.append(1)
+        return big
+
+    @lw.workflow(id="reader")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("read")
+        return {"output": result.output, "last": len(result.all_messages()[-2].parts[0].content)}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_big1")
+    assert res.output == {"output": "read 100000 characters", "last": 100_000}
+    tool = [e for e in lw_world.list_events("run_big1")
+            if e.type == "step.succeeded" and e.payload["stepPath"].endswith("/b1")]
+    assert len(tool) == 1 and "outputRef" in tool[0].payload
+    assert lw.replay_run(lw_world, "run_big1", wf).output == res.output and calls == [1]
