@@ -77,7 +77,7 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
         if watch is not None:
             watch.changed.clear()
         if rec.get("completed"):  # folded in: a holder that lost its lease ended this wait
-            return signal_payload(log, rec.get("signalSequence"))
+            return signal_payload(ctx, rec.get("signalSequence"))
         if rec["timedOutAt"] is not None:
             hit = pick_signal(log, name, before=rec["timedOutAt"])
             return await _complete(ctx, path, name, hit)
