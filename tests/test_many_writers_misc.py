@@ -5,6 +5,11 @@ attempt holds, and a worker that cannot execute a run now backs off instead of s
 from __future__ import annotations
 
 import http.client
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -78,8 +83,6 @@ def _get(port: int, path: str, host: str | None) -> tuple[int, bytes]:
 
 @pytest.fixture
 def ui_server(tmp_path):
-    import threading
-
     from little_workflow.ops.ui import make_server
 
     world = lw.local_world(str(tmp_path / "data"))
@@ -124,3 +127,297 @@ def test_ui_has_no_write_endpoint(ui_server):
             assert conn.getresponse().status in (403, 405, 501)
         finally:
             conn.close()
+
+
+# ---- closing a World with a run in flight -------------------------------------------
+
+CLOSE_KINDS = ["memory", "local-file", "local_world"]
+
+TRY_LOCK = """
+import sys
+import little_workflow as lw
+world = lw.local_world(sys.argv[1])
+try:
+    with world.run_lock(sys.argv[2]):
+        print("taken")
+except lw.RunLockedError:
+    print("locked")
+"""
+
+
+class BlockedStep:
+    """A step that runs until released, counting its executions."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.executions = 0
+
+        @lw.workflow(id="held_step")
+        async def wf(ctx, _input):
+            return await ctx.step("slow", self.run)
+
+        self.workflow = wf
+
+    def run(self) -> int:
+        self.executions += 1
+        self.started.set()
+        assert self.release.wait(60)
+        return 1
+
+    def start(self, world: Any, run_id: str) -> tuple[threading.Thread, dict[str, Any]]:
+        out: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                out["result"] = lw.run_workflow(self.workflow, None, world=world, run_id=run_id)
+            except BaseException as e:  # noqa: BLE001 (handed to the test)
+                out["error"] = e
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        assert self.started.wait(30)
+        return thread, out
+
+
+@pytest.mark.parametrize("make_world", CLOSE_KINDS, indirect=True)
+def test_close_with_a_run_in_flight_refuses_and_keeps_its_lock(make_world):
+    world = make_world()
+    step = BlockedStep()
+    thread, out = step.start(world, "run_inflight")
+
+    t = time.monotonic()
+    with pytest.raises(lw.WorldBusyError, match="run_inflight") as err:
+        world.close(timeout=0.3)
+    assert 0.3 <= time.monotonic() - t < 10
+    assert isinstance(err.value, lw.LittleWorkflowError) and err.value.run_ids == ["run_inflight"]
+    assert not world.closed
+
+    # Another World in this process, and another process, find the run held.
+    second = make_world.reopen()
+    with pytest.raises(lw.RunLockedError):
+        lw.run_workflow(step.workflow, None, world=second, run_id="run_inflight")
+    if make_world.kind == "local_world":
+        child = subprocess.run([sys.executable, "-c", TRY_LOCK, make_world.data_dir,
+                                "run_inflight"], capture_output=True, text=True, timeout=60)
+        assert child.stdout.strip() == "locked", child.stderr
+
+    step.release.set()
+    thread.join(30)
+    assert out["result"].output == 1 and step.executions == 1
+    world.close(timeout=0.3)
+    assert world.closed
+    second.close()
+    types = [e.type for e in make_world.reopen().list_events("run_inflight")]
+    assert types.count("step.succeeded") == 1 and types[-1] == "run.completed"
+
+
+@pytest.mark.parametrize("make_world", CLOSE_KINDS, indirect=True)
+def test_close_waits_for_a_run_in_flight_to_finish(make_world):
+    world = make_world()
+    step = BlockedStep()
+    thread, out = step.start(world, "run_waited")
+    closer_done = threading.Event()
+    closer_error: list[BaseException] = []
+
+    def closer() -> None:
+        try:
+            world.close(timeout=60)
+        except BaseException as e:  # noqa: BLE001
+            closer_error.append(e)
+        closer_done.set()
+
+    threading.Thread(target=closer, daemon=True).start()
+    assert not closer_done.wait(0.5)  # waits while the step runs
+    # Meanwhile the run is still held: nobody else runs it.
+    second = make_world.reopen()
+    with pytest.raises(lw.RunLockedError):
+        lw.run_workflow(step.workflow, None, world=second, run_id="run_waited")
+    step.release.set()
+    assert closer_done.wait(30) and not closer_error
+    thread.join(30)
+    assert world.closed and out["result"].output == 1 and step.executions == 1
+    assert lw.run_workflow(step.workflow, None, world=second, run_id="run_waited").output == 1
+    assert step.executions == 1
+    second.close()
+
+
+def test_close_with_nothing_in_flight_does_not_wait(local_world_):
+    t = time.monotonic()
+    local_world_.close()
+    assert time.monotonic() - t < 0.5 and local_world_.closed
+
+
+# ---- failing fast is not spinning -------------------------------------------------------
+
+HOLD = """
+import sys
+import little_workflow as lw
+world = lw.local_world(sys.argv[1])
+with world.run_lock(sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+"""
+
+
+@lw.workflow(id="quick")
+async def quick(ctx, input):
+    return await ctx.step("one", lambda: (input or {}).get("n", 0) + 1)
+
+
+@lw.workflow(id="quick", input_schema={"type": "object", "required": ["name"]})
+async def quick_v2(ctx, input):
+    return input["name"]
+
+
+class CountingWorld:
+    """A tracing World counting every World call of the worker, by name."""
+
+    def __init__(self, world: Any) -> None:
+        self.calls: dict[str, int] = {}
+        self.world = lw.tracing_world(world, self.count)
+
+    def count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+class RunningWorker:
+    def __init__(self, world: Any, workflows: list[Any]) -> None:
+        self.worker = lw.Worker(world, workflows, concurrency=2)
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def __enter__(self) -> "RunningWorker":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def finished(world: Any, run_id: str, within: float) -> float | None:
+    """Seconds until the run's log holds its terminal event, or None."""
+    start = time.monotonic()
+    while time.monotonic() - start < within:
+        types = [e.type for e in world.list_events(run_id)]
+        if types and types[-1] in ("run.completed", "run.failed", "run.cancelled"):
+            return time.monotonic() - start
+        time.sleep(0.05)
+    return None
+
+
+def test_worker_backs_off_a_run_another_process_holds(tmp_path, caplog):
+    caplog.set_level("INFO", logger="little_workflow.worker")
+    data = str(tmp_path / "lw")
+    world = lw.local_world(data)
+    lw.start_workflow(quick, {"n": 1}, world=world, run_id="run_held")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, data, "run_held"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        counting = CountingWorld(world)
+        cpu = time.process_time()
+        with RunningWorker(counting.world, [quick]):
+            time.sleep(3.0)
+            cpu = time.process_time() - cpu
+            attempts, calls = counting.calls.get("run_lock", 0), counting.total()
+            holder.stdin.close()
+            holder.wait(30)
+            picked_up = finished(world, "run_held", within=15)
+    finally:
+        holder.kill()
+        holder.wait()
+    print(f"held run over 3 s: {attempts} attempts, {calls} World calls, {cpu:.3f} s CPU; "
+          f"picked up {picked_up} s after release")
+    # Backoff 0.5, 1, 2 s (±20 %): 3 or 4 attempts in 3 s, not thousands.
+    assert 2 <= attempts <= 6
+    assert calls < 60  # about 3 sweeps of a few calls each, plus the attempts
+    assert cpu < 0.5
+    # Released: picked up at its next attempt (backoff then about 4 s) or sooner.
+    assert picked_up is not None and picked_up < 8
+    assert lw.materialize_run_state(world, "run_held").output == 2
+    # One report when it became blocked, one when it ran again: not one per attempt.
+    lines = [r.getMessage() for r in caplog.records if "run_held" in r.getMessage()]
+    assert len([m for m in lines if "cannot run now" in m]) == 1, lines
+    assert len([m for m in lines if "runs again" in m]) == 1, lines
+
+
+def test_worker_backs_off_a_run_whose_input_no_longer_validates(local_world_, caplog):
+    caplog.set_level("INFO", logger="little_workflow.worker")
+    world = local_world_
+    lw.start_workflow(quick, {"n": 1}, world=world, run_id="run_old_input")
+    counting = CountingWorld(world)
+    cpu = time.process_time()
+    with RunningWorker(counting.world, [quick_v2]):
+        time.sleep(3.0)
+        cpu = time.process_time() - cpu
+        calls = counting.total()
+    print(f"run with a stale input over 3 s: {calls} World calls, {cpu:.3f} s CPU")
+    assert calls < 60
+    assert cpu < 0.5
+    lines = [r.getMessage() for r in caplog.records if "run_old_input" in r.getMessage()]
+    assert len(lines) == 1 and "cannot run now" in lines[0] and "schema" in lines[0], lines
+    # Still unfinished and resumable by a worker that knows its version.
+    assert [e.type for e in world.list_events("run_old_input")] == ["run.created"]
+    worker = lw.Worker(world, [quick])
+    worker.run_until_idle()
+    worker.close()
+    assert lw.materialize_run_state(world, "run_old_input").output == 2
+
+
+def test_idle_worker_with_a_held_run_on_s3_stays_within_the_sweep_budget(moto_s3, caplog):
+    from s3_server import RequestCounter
+
+    caplog.set_level("INFO", logger="little_workflow.worker")
+    bucket = moto_s3.new_bucket()
+    fs = moto_s3.filesystem()
+    world = lw.virtual_world(fs, f"{bucket}/wf")
+    lw.start_workflow(quick, {"n": 1}, world=world, run_id="run_leased")
+    other_host = lw.virtual_world(moto_s3.filesystem(), f"{bucket}/wf")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with other_host.run_lock("run_leased"):
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(30)
+    counter = RequestCounter(fs)
+    seconds = 4.0
+    try:
+        with RunningWorker(world, [quick]):
+            time.sleep(seconds)
+            requests = counter.total
+            release.set()
+            holder.join(30)
+            picked_up = finished(world, "run_leased", within=20)
+    finally:
+        release.set()
+    print(f"idle worker, one held run on S3: {requests / seconds:.1f} requests/s "
+          f"({counter.by_method}); picked up {picked_up} s after release")
+    # The README's budget: a sweep a second of 2 requests plus 1 per unfinished run,
+    # and a run that cannot run now retried at 0.5, 1, 2, 4 … s (a few requests each).
+    assert requests <= seconds * 3 + 4 * 5 + 4
+    assert picked_up is not None and picked_up < 12
+    assert lw.materialize_run_state(world, "run_leased").output == 2
+
+
+def test_idle_worker_leaves_a_run_of_an_unknown_workflow_alone_cheaply(local_world_):
+    world = local_world_
+    lw.start_workflow(quick, {"n": 1}, world=world, run_id="run_unknown_wf")
+    counting = CountingWorld(world)
+
+    @lw.workflow(id="another")
+    async def another(ctx, input):
+        return input
+
+    with RunningWorker(counting.world, [another]):
+        time.sleep(2.0)
+    assert counting.calls.get("run_lock", 0) == 0
+    assert counting.total() < 40  # a sweep a second: the index, then the run's new events
+    assert [e.type for e in world.list_events("run_unknown_wf")] == ["run.created"]
