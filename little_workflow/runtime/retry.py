@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import LittleWorkflowError
+
 #: The first wait before a run that could not run is tried again (seconds).
 RETRY_FIRST_SECONDS = 0.5
 #: The longest wait between two tries of one run (seconds).
@@ -63,9 +65,13 @@ class RetryBackoff:
             self._blocked[run_id] = Blocked(kind, failures, time.monotonic() + delay,
                                             last_sequence)
         if before is None or before.kind != kind:
-            self.log.warning("run %s cannot run now (%s): %s; trying again after %.1f s, "
-                             "backing off to every %g s", run_id, kind, error, delay,
-                             RETRY_CAP_SECONDS)
+            # Held by another worker is how many workers share runs: not a warning. A
+            # failure that is not ours (a bug in a step's code path) keeps its traceback.
+            level = logging.INFO if kind == LOCKED else logging.WARNING
+            self.log.log(level, "run %s cannot run now (%s): %s; trying again after %.1f s, "
+                         "backing off to every %g s", run_id, kind, error, delay,
+                         RETRY_CAP_SECONDS,
+                         exc_info=None if isinstance(error, LittleWorkflowError) else error)
 
     def ran(self, run_id: str) -> None:
         """The run was executed (completed, waiting, failed or cancelled)."""

@@ -202,8 +202,7 @@ class Worker:
             # failed): still unfinished, tried again after a backoff.
             self._backoff.failed(run_id, e, last_sequence)
         except Exception as e:
-            log.exception("run %s raised", run_id)
-            self._backoff.failed(run_id, e, last_sequence)
+            self._backoff.failed(run_id, e, last_sequence)  # logged with its traceback
         finally:
             _cancel_leftovers(loop)
 
