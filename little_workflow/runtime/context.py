@@ -37,7 +37,7 @@ from .steps import (
     reset_current,
     set_current,
 )
-from .values import to_json_value
+from .values import stored_value, to_json_value
 
 #: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
 INLINE_OUTPUT_LIMIT = 64 * 1024
@@ -210,10 +210,8 @@ class RunContext:
 
     def _served(self, rec: StepRecord) -> Any:
         if rec.status == "failed":
-            raise StepFailedError(self.run_id, rec.path, thaw(rec.error) or {})
-        if rec.output_ref:
-            return self.world.read_artifact(rec.output_ref)
-        return thaw(rec.output)
+            raise StepFailedError(self.run_id, rec.path, stored_value(self.world, rec.error) or {})
+        return stored_value(self.world, rec.output, rec.output_ref)
 
     def _replayed(self, path: str, rec: StepRecord | None) -> Any:
         if rec is None or rec.status == "running":
