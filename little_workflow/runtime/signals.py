@@ -107,7 +107,7 @@ def send_event(
 ) -> Event:
     """Send the event `name` with `payload` to run `run_id` (appended to its log as
     `signal.received`). The same `idempotency_key` with the same name and payload again is
-a no-op; with another one, `IdempotencyConflictError`. Unknown run:
+    a no-op; with another one, `IdempotencyConflictError`. Unknown run:
     `RunNotFoundError`; finished run: `RunFinishedError`."""
     validate_run_id(run_id)
     if not isinstance(name, str) or not name:
