@@ -7,8 +7,9 @@ few storage requests), so each such run is tried again after a capped exponentia
 backoff with jitter — 0.5 s, 1 s, 2 s, 4 s, 8 s, then every 10 s, each ±20 % so that
 workers that failed together do not retry together. The cap bounds two things: a held
 run costs an idle worker one attempt (a few storage requests) per 10 s at most, and a
-run whose holder died is picked up within about 12 s of its lock coming free. A held run whose holder let it go (its log shows it
-waiting now) is tried at once: the holder suspended it and released the lock.
+run whose holder died is picked up within about 12 s of its lock coming free. A held
+run whose holder let it go (its log shows it waiting now) is tried at once: the holder
+suspended it and released the lock.
 """
 
 from __future__ import annotations
