@@ -421,3 +421,52 @@ def test_idle_worker_leaves_a_run_of_an_unknown_workflow_alone_cheaply(local_wor
     assert counting.calls.get("run_lock", 0) == 0
     assert counting.total() < 40  # a sweep a second: the index, then the run's new events
     assert [e.type for e in world.list_events("run_unknown_wf")] == ["run.created"]
+
+
+SLOW_THEN_WAIT = """
+import sys, time
+import little_workflow as lw
+
+@lw.workflow(id="slow_then_wait")
+async def wf(ctx, _input):
+    await ctx.step("slow", lambda: time.sleep(3) or 1)
+    return await ctx.wait_for_event("w", "go")
+
+world = lw.local_world(sys.argv[1])
+print(lw.run_workflow(wf, None, world=world, run_id=sys.argv[2], suspend=True).status, flush=True)
+"""
+
+
+@lw.workflow(id="slow_then_wait")
+async def slow_then_wait(ctx, _input):
+    await ctx.step("slow", lambda: 1)
+    return await ctx.wait_for_event("w", "go")
+
+
+def test_a_held_run_its_holder_suspends_is_not_left_to_the_backoff(tmp_path, monkeypatch):
+    from little_workflow.runtime import retry
+
+    monkeypatch.setattr(retry, "RETRY_FIRST_SECONDS", 10.0)  # far beyond the test
+    data = str(tmp_path / "lw")
+    world = lw.local_world(data)
+    lw.start_workflow(slow_then_wait, None, world=world, run_id="run_let_go")
+    holder = subprocess.Popen([sys.executable, "-c", SLOW_THEN_WAIT, data, "run_let_go"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "step.started" not in [e.type for e in world.list_events("run_let_go")]:
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.05)
+        counting = CountingWorld(world)
+        with RunningWorker(counting.world, [slow_then_wait]):
+            assert holder.stdout.readline().strip() == "waiting"  # it held the run ~3 s
+            holder.wait(30)
+            assert counting.calls.get("run_lock", 0) == 1  # tried, found held, backed off
+            lw.send_event(world, "run_let_go", "go", {"ok": True})
+            took = finished(world, "run_let_go", within=15)
+    finally:
+        holder.kill()
+        holder.wait()
+    # Its backoff had 5 to 9 s to go; the event is taken within a poll and a sweep.
+    assert took is not None and took < 2.5, took
+    assert lw.materialize_run_state(world, "run_let_go").output == {"ok": True}
