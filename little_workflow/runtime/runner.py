@@ -28,7 +28,7 @@ from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
 from .active_index import mark_active
-from .context import INLINE_OUTPUT_LIMIT, RunContext
+from .context import INLINE_OUTPUT_LIMIT, RunContext, running
 from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
@@ -164,7 +164,8 @@ async def _run_locked(
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     ctx.watch = RunWatch(ctx).start()
     try:
-        output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
+        with running(ctx):
+            output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
@@ -247,7 +248,8 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
     from .waiting import RunSuspended
 
     try:
-        output = await wf.fn(ctx, input)
+        with running(ctx):
+            output = await wf.fn(ctx, input)
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):
