@@ -229,7 +229,12 @@ class ObjectStoreLocks:
       deadline**: start of its last successful renewal request + lease - margin (lease/3).
       `check()` raises `LeaseLostError` once past it, or once the store shows another holder,
       so a holder that cannot renew stops appending before anyone can take over. The margin
-      also bounds how long an append that passed `check()` may take to land.
+      also bounds how long an append that passed `check()` may take to land — for a holder
+      that keeps running. One paused (SIGSTOP, a VM freeze) between `check()` and its PUT
+      may still land that write after a takeover: the check is an optimisation, not the
+      fence. The fence is the log: the taker folds such a write in as history (a step it
+      recorded is not run again), and the paused holder's next append meets the taker's
+      sequence (412), then a failing `check()`.
     """
 
     def __init__(self, fs: Any, locks_dir: str, lease_seconds: float = LEASE_SECONDS):

@@ -24,6 +24,7 @@ from .ops.cli_support import (
     run_rows,
 )
 from .runtime.runner import interruptible
+from .runtime.values import stored_value
 from .world.ids import new_run_id
 from .world.verify import verify_world
 
@@ -190,7 +191,8 @@ def _waits_for(waiting: dict[str, Any] | None) -> str:
 @click.argument("run_id")
 @click.argument("name")
 @click.option("--payload", "payload_json", default="null", help="the event's payload, as JSON")
-@click.option("--idempotency-key", default=None, help="the same key again is a no-op")
+@click.option("--idempotency-key", default=None,
+              help="the same key with the same payload again is a no-op (another payload: an error)")
 @world_options
 def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None, world: Any) -> None:
     """Send the event NAME to run RUN_ID (ctx.wait_for_event takes it)."""
@@ -280,8 +282,9 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
         table.add_row(str(e.sequence), e.type, detail, e.created_at)
     _console().print(table)
     failed = [e for e in evs if e.type == "run.failed" and isinstance(e.payload, dict)]
-    if failed:  # in full, whatever the table had room for
-        click.echo(f"run failed: {error_text(failed[-1].payload.get('error'))}")
+    if failed:  # in full, whatever the table had room for (a long message read back)
+        error = stored_value(world, failed[-1].payload.get("error"))
+        click.echo(f"run failed: {error_text(error)}")
 
 
 @cli.command("inspect")

@@ -5,7 +5,9 @@ Records of a wait: `wait.started {stepPath, name, deadline}`; `wait.timed_out {s
 once the deadline passed; `wait.completed {stepPath, name, signalSequence}` (null on a
 timeout). Arrival against timeout is decided by log order: a wait that timed out at
 sequence T still takes a matching event appended before T. A resumed or replayed run
-therefore reaches the same answer from the same log.
+therefore reaches the same answer from the same log — and so does the first execution:
+an event another writer got in just before the run's `wait.timed_out` is folded in by
+that append (its sequence jumps), before the wait picks.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, StepError
 from ..world.clock import from_iso, to_iso
 from ..world.ids import validate_run_id
-from ..world.models import Event, thaw
+from ..world.models import Event
 from .state import TERMINAL_STATUSES, RunLog
+from .values import stored_value
 from .waiting import RunSuspended, notify_run
 
 
@@ -31,12 +34,13 @@ def pick_signal(log: RunLog, name: str, before: int | None = None) -> tuple[int,
     return None
 
 
-def signal_payload(log: RunLog, sequence: int | None) -> Any:
+def signal_payload(ctx: Any, sequence: int | None) -> Any:
+    """What the event at `sequence` carried, read back as it was sent."""
     if sequence is None:
         return None
-    for seq, _, payload in log.signals:
+    for seq, _, payload in ctx.log.signals:
         if seq == sequence:
-            return thaw(payload)
+            return stored_value(ctx.world, payload)
     return None
 
 
@@ -57,9 +61,9 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
             raise ReplayDivergenceError(ctx.run_id, path, "the code waits where the log holds no wait")
         if not rec.get("completed"):
             raise RunSuspended(ctx.run_id, waiting_for(path, rec))
-        return signal_payload(log, rec.get("signalSequence"))
+        return signal_payload(ctx, rec.get("signalSequence"))
     if rec is not None and rec.get("completed"):
-        return signal_payload(log, rec.get("signalSequence"))
+        return signal_payload(ctx, rec.get("signalSequence"))
     clock = ctx.world.clock
     watch = ctx.watch
     if rec is None:
@@ -72,6 +76,8 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
     while True:
         if watch is not None:
             watch.changed.clear()
+        if rec.get("completed"):  # folded in: a holder that lost its lease ended this wait
+            return signal_payload(ctx, rec.get("signalSequence"))
         if rec["timedOutAt"] is not None:
             hit = pick_signal(log, name, before=rec["timedOutAt"])
             return await _complete(ctx, path, name, hit)
@@ -97,23 +103,27 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
 async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None) -> Any:
     sequence = hit[0] if hit is not None else None
     await ctx.append("wait.completed", {"stepPath": path, "name": name, "signalSequence": sequence})
-    return thaw(hit[1]) if hit is not None else None
+    return stored_value(ctx.world, hit[1]) if hit is not None else None
 
 
 def send_event(
     world: Any, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
 ) -> Event:
     """Send the event `name` with `payload` to run `run_id` (appended to its log as
-    `signal.received`). The same `idempotency_key` again is a no-op. Unknown run:
+    `signal.received`). The same `idempotency_key` with the same name and payload again is
+    a no-op; with another one, `IdempotencyConflictError`. Unknown run:
     `RunNotFoundError`; finished run: `RunFinishedError`."""
     validate_run_id(run_id)
     if not isinstance(name, str) or not name:
         raise ValueError(f"an event name is a non-empty string, not {name!r}")
     events = world.list_events(run_id)
-    if idempotency_key is not None:
-        for e in events:
-            if e.append_idempotency_key == idempotency_key and e.type == "signal.received":
-                return e  # already delivered: a no-op
+    if idempotency_key is not None and any(
+            e.append_idempotency_key == idempotency_key for e in events):
+        # Already used: the World's receipt lookup returns the event sent with this key
+        # when the request is the same, and raises IdempotencyConflictError when the name
+        # or payload differ — on a finished run too (the lookup comes before the end check).
+        return world.append_event(run_id, "signal.received", {"name": name, "payload": payload},
+                                  idempotency_key=idempotency_key)
     log = RunLog.fold(run_id, events)
     if log.created is None:
         raise RunNotFoundError(run_id, f" in {world.data_dir}")

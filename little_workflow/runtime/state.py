@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from ..world.models import Event, thaw
+from ..world.models import Event
 
 RunStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled", "unknown"]
 TERMINAL_STATUSES = ("completed", "failed", "cancelled")
@@ -24,6 +24,7 @@ class StepRecord:
     output: Any = None
     output_ref: str | None = None
     error: dict[str, Any] | None = None
+    succeeded_at: int = 0  # the sequence of the step.succeeded that counts (the first)
 
 
 @dataclass
@@ -106,13 +107,17 @@ class RunLog:
                 if rec.status != "succeeded":
                     rec.status = "running"
             elif t == "step.succeeded":
+                if rec.succeeded_at:
+                    return  # the first recorded success is the step's result
                 rec.status = "succeeded"
+                rec.succeeded_at = e.sequence
                 rec.output = p.get("output")
                 rec.output_ref = p.get("outputRef")
             elif t == "step.failed":
                 rec.failures += 1
-                rec.error = p.get("error")
-                rec.status = "running" if p.get("willRetry") else "failed"
+                if not rec.succeeded_at:
+                    rec.error = p.get("error")
+                    rec.status = "running" if p.get("willRetry") else "failed"
         elif t.startswith("harness.") and t.endswith(".succeeded"):
             key = p.get("callKey")
             if isinstance(key, str):
@@ -246,21 +251,19 @@ class RunResult(_Model):
     waiting: dict[str, Any] | None = None
 
 
-def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> RunState:
-    def resolve(value: Any, ref: str | None) -> Any:
-        if ref:
-            return read_artifact(ref)
-        return resolve_refs(thaw(value)) if resolve_refs else thaw(value)
-
+def materialize(log: RunLog, read_value: Callable[..., Any]) -> RunState:
+    """The run's state; `read_value(value, ref=None)` reads a logged value back as the
+    run produced it (`values.stored_value` bound to the World)."""
+    resolve = read_value
     created = log.created or {}
     return RunState(
         run_id=log.run_id,
         status=log.status,
         workflow_id=created.get("workflowId"),
         workflow_version_id=created.get("workflowVersionId"),
-        input=resolve(created.get("input"), None),
+        input=resolve(created.get("input")),
         output=resolve(log.output, log.output_ref),
-        error=thaw(log.error),
+        error=resolve(log.error),
         steps={
             path: StepState(
                 step_path=path,
@@ -268,7 +271,7 @@ def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> Ru
                 attempts=rec.attempts,
                 output=resolve(rec.output, rec.output_ref) if rec.status == "succeeded" else None,
                 output_ref=rec.output_ref,
-                error=thaw(rec.error),
+                error=resolve(rec.error),
             )
             for path, rec in log.steps.items()
         },
@@ -277,7 +280,7 @@ def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> Ru
         created_at=log.first_created_at,
         updated_at=log.last_created_at,
         waiting=waiting_info(log),
-        forked_from=thaw(created.get("forkedFrom")),
+        forked_from=resolve(created.get("forkedFrom")),
     )
 
 
