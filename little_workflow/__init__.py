@@ -3,6 +3,7 @@
 from . import testing  # lw.testing.FakeClock
 from .errors import (
     ArtifactHashMismatchError,
+    CatalogueQueryError,
     ArtifactManifestCorruptError,
     ArtifactNotFoundError,
     DocumentCorruptError,
@@ -54,6 +55,7 @@ from .world import (
     tracing_world,
     virtual_world,
 )
+from .world.catalogue import RunPage, RunSummary, list_runs
 from .world.memory_store import MemoryReadOnlyError, MemoryStore
 from .world.verify import VerifyReport, verify_world
 
@@ -64,6 +66,7 @@ __all__ = [
     "ArtifactManifest",
     "ArtifactManifestCorruptError",
     "ArtifactNotFoundError",
+    "CatalogueQueryError",
     "Continue",
     "DocumentCorruptError",
     "Done",
@@ -90,7 +93,9 @@ __all__ = [
     "RunCancelledError",
     "LeaseLostError",
     "StorageError",
+    "RunPage",
     "RunResult",
+    "RunSummary",
     "RunState",
     "RuntimeIntegrityError",
     "SchemaValidationError",
@@ -119,6 +124,7 @@ __all__ = [
     "current_step",
     "file_mount",
     "gc",
+    "list_runs",
     "local_world",
     "materialize_run_state",
     "read_only",
