@@ -321,9 +321,10 @@ def test_cli_verify_repair_rebuilds_a_damaged_catalogue(tmp_path):
     little = [sys.executable, "-m", "little_workflow.cli", "--data-dir", d]
     env = {**os.environ, "PYTHONPATH": ROOT}
     out = subprocess.run([*little, "verify"], env=env, capture_output=True, text=True)
-    assert out.returncode == 1 and "catalogue" in out.stdout
+    # A lagging summary is not damage (the log is the truth): reported, exit 0.
+    assert out.returncode == 0 and "catalogue: 1 run summaries lag" in out.stdout
     out = subprocess.run([*little, "verify", "--repair"], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 0 and "rebuilt" in out.stdout and "lag" not in out.stdout, out.stdout
     with lw.local_world(d) as world:
         assert [r.status for r in lw.list_runs(world).runs] == ["completed"]
 
@@ -356,3 +357,39 @@ def test_cli_runs_pages_and_filters(tmp_path):
     assert "run_4" in text.stdout and "run_2" not in text.stdout and "--all" in text.stdout
     bad = subprocess.run([*little, "--status", "nope"], env=env, capture_output=True, text=True)
     assert bad.returncode != 0 and "nope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_ui_lists_a_page_at_a_time_with_filters_and_a_next_page(tmp_path):
+    import threading
+    import urllib.request
+
+    from little_workflow.ops.ui import make_server
+
+    clock = SetClock(T0)
+    world = lw.local_world(str(tmp_path / "d"), clock=clock)
+    for i in range(5):
+        clock.set(T0 + i)
+        add_run(world, f"run_{i}", "failed" if i % 2 else "completed")
+    server = make_server(world, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def get(path: str) -> dict:
+        with urllib.request.urlopen(base + path, timeout=10) as resp:
+            return json.loads(resp.read())["data"]
+
+    try:
+        first = get("/api/runs?limit=2")
+        assert [r["runId"] for r in first["runs"]] == ["run_4", "run_3"]
+        second = get("/api/runs" + first["nextPage"][1:])
+        assert [r["runId"] for r in second["runs"]] == ["run_2", "run_1"]
+        failed = get("/api/runs?status=failed")
+        assert [r["runId"] for r in failed["runs"]] == ["run_3", "run_1"] and failed["nextPage"] is None
+        with urllib.request.urlopen(base + "/?limit=2", timeout=10) as resp:
+            assert "nextPage" in resp.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(base + "/api/runs?status=nope", timeout=10)
+        assert err.value.code == 400
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -120,7 +120,7 @@ def register_version(world: Any, wf: Workflow) -> None:
 
 async def arun_single(
     wf: Workflow, input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
-    suspend: bool = False,
+    suspend: bool = False, parent_run_id: str | None = None,
 ) -> RunResult:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
     must wait (a sleep, an event) releases its lock and returns `status="waiting"`."""
@@ -133,11 +133,12 @@ async def arun_single(
 
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
-        return await _run_locked(world, wf, value, run_id, pipeline, suspend)
+        return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id)
 
 
 async def _run_locked(
-    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False
+    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False,
+    parent_run_id: str | None = None,
 ) -> RunResult:
     from .waiting import RunSuspended, RunWatch, cancelled_on_entry, finish_if_cancelled
 
@@ -157,7 +158,9 @@ async def _run_locked(
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
     if log.created is None:
-        await create_run(ctx, wf, input, input_hash)
+        # A sub-run names its parent, so the catalogue can list a pipeline's runs.
+        await create_run(ctx, wf, input, input_hash,
+                         {"parentRunId": parent_run_id} if parent_run_id else None)
     await cancelled_on_entry(ctx)
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     ctx.watch = RunWatch(ctx).start()
