@@ -23,9 +23,16 @@ from .ops.cli_support import (
     plain_table,
     run_rows,
 )
-from .runtime.runner import interruptible
 from .world.ids import new_run_id
 from .world.verify import verify_world
+
+
+def interruptible() -> Any:
+    # The runtime (asyncio, pydantic) is imported by the commands that run workflows,
+    # not by every `little` command.
+    from .runtime.runner import interruptible as handler
+
+    return handler()
 
 
 class UserError(click.ClickException):

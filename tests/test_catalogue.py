@@ -393,3 +393,22 @@ def test_ui_lists_a_page_at_a_time_with_filters_and_a_next_page(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_importing_the_package_and_listing_runs_load_only_what_they_need(tmp_path):
+    """P12: `import little_workflow` and `little runs` import neither pydantic,
+    jsonschema, rich nor the testing helpers (they cost most of a short command)."""
+    heavy = ("pydantic", "jsonschema", "rich", "little_workflow.testing", "little_workflow.runtime")
+    script = ("import sys, little_workflow\n"
+              f"print([m for m in {heavy!r} if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": ROOT},
+                         capture_output=True, text=True, cwd=str(tmp_path))
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    with lw.local_world(str(tmp_path / "d")) as world:
+        add_run(world, "run_a", "completed")
+    script = ("import sys\nfrom little_workflow.cli import main\n"
+              f"try:\n    main(['runs', '--data-dir', {str(tmp_path / 'd')!r}])\nexcept SystemExit:\n    pass\n"
+              f"print([m for m in {heavy!r} if m in sys.modules], file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": ROOT},
+                         capture_output=True, text=True, cwd=str(tmp_path))
+    assert "run_a" in out.stdout and out.stderr.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

@@ -14,7 +14,6 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, RuntimeIntegrityError, StorageError, WorldPathError
-from ..runtime.workflow import Workflow
 from ..world import local_world, virtual_world
 from ..world.ids import validate_run_id
 
@@ -123,8 +122,10 @@ def import_target_module(module_name: str) -> Any:
         raise _import_failure(f"module {module_name!r}", e) from None
 
 
-def load_workflows(target: str) -> list[Workflow]:
+def load_workflows(target: str) -> list[Any]:
     """`MODULE:ATTR` as in `load_workflow`, or a bare MODULE: every workflow it defines."""
+    from ..runtime.workflow import Workflow
+
     if ":" in target:
         return [load_workflow(target)]
     found = [v for v in vars(import_target_module(target)).values() if isinstance(v, Workflow)]
@@ -133,9 +134,11 @@ def load_workflows(target: str) -> list[Workflow]:
     return found
 
 
-def load_workflow(target: str) -> Workflow:
+def load_workflow(target: str) -> Any:
     """`MODULE:ATTR` (MODULE imported with the current directory on sys.path, as uvicorn
     does) or `path/to/file.py:ATTR`."""
+    from ..runtime.workflow import Workflow
+
     module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:
         raise CliError(f"expected MODULE:WORKFLOW or FILE.py:WORKFLOW, got {target!r}")
