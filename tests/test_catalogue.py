@@ -412,3 +412,29 @@ def test_importing_the_package_and_listing_runs_load_only_what_they_need(tmp_pat
     out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": ROOT},
                          capture_output=True, text=True, cwd=str(tmp_path))
     assert "run_a" in out.stdout and out.stderr.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_power_cut_after_every_operation_never_leaves_a_summary_ahead_of_its_log(tmp_path):
+    """local disk (virtual_world over LocalFileSystem, the power-cut model): whatever
+    survives a cut, no summary shows a status its surviving log does not have."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from little_workflow.testing import PowerCutPosix, power_cut_filesystem
+
+    counter = PowerCutPosix(None)
+    run_both(lw.virtual_world(power_cut_filesystem(counter), str(tmp_path / "count")))
+    total = counter.count
+    assert total > 20
+    for n in range(1, total + 1):
+        cut_dir, resume_dir = str(tmp_path / f"cut-{n}"), str(tmp_path / f"resume-{n}")
+        os.makedirs(cut_dir)
+        posix = PowerCutPosix(n, torn=n % 2 == 0)
+        try:
+            run_both(lw.virtual_world(power_cut_filesystem(posix), cut_dir))
+        except SimulatedCrash:
+            pass
+        os.rename(cut_dir, resume_dir)
+        fresh = lw.virtual_world(LocalFileSystem(skip_instance_cache=True), resume_dir)
+        for summary in all_summaries(fresh):
+            assert summary.status in statuses_in_log(fresh, summary.run_id), (n, summary)
+        fresh.close()

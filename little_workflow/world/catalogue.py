@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import CatalogueQueryError
 from .ids import RUN_ID_RE, sha256_hex
+from .publish import Publisher
 
 STATUSES = ("created", "running", "waiting", "completed", "failed", "cancelled")
 TERMINAL = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
@@ -500,9 +501,10 @@ CACHE_LIMIT = 4096
 
 @dataclass
 class _Cached:
-    summary: dict[str, Any]
-    written: int  # the sequence of the summary document this process last wrote
+    summary: dict[str, Any] | None  # None: not known here; folded from the log when written
+    written: int | None  # `sequence` of the summary document this process last wrote
     through: int  # every event up to this one is folded into `summary`
+    dirty: bool = False  # a status change not written yet
 
 
 class FileCatalogue:
@@ -520,7 +522,13 @@ class FileCatalogue:
 
     `<key>` = `order_key`: 16 digits of (10¹⁶−1 − createdAt in µs), `_`, the run id, so a
     name-ordered listing is newest first. Index entries are written after the document,
-    and a status entry is removed only after the new one is written."""
+    and a status entry is removed only after the new one is written.
+
+    When a summary is written: after a status change's event is published — on a
+    backend with real durability (local disk) only once the run's log up to it is
+    durable (its next durable append, or `sync()`), so that a power cut can take back a
+    summary with its events but never leave one ahead of them. Step counts ride along
+    with the next status change."""
 
     def __init__(self, publisher: Any, root: str, read_log: Callable[[str, int], list[tuple[int, bytes]]]):
         self.publisher = publisher
@@ -528,6 +536,8 @@ class FileCatalogue:
         self.read_log = read_log
         self._cache: dict[str, _Cached] = {}
         self._lock = threading.Lock()
+        # A publisher with its own sync() has writes a power cut can take back.
+        self.waits_for_durable = type(publisher).sync is not Publisher.sync
 
     def path(self, *parts: str) -> str:
         return "/".join((self.root, CATALOGUE_DIR, *parts))
@@ -541,45 +551,57 @@ class FileCatalogue:
         """Called after event `sequence` of `run_id` is published (under the run's
         append lock). A failure here leaves the summary lagging, never the append
         failed: the next status change or a rebuild re-folds it from the log."""
-        cached = self._cache.get(run_id)
-        if change is None or not changes_status(change):
-            if cached is not None and cached.through == sequence - 1:
-                cached.through = sequence
-                if change is not None:
-                    cached.summary = apply_change(cached.summary, run_id, sequence, change) or cached.summary
-            return
-        try:
-            self._write(run_id, sequence, change, cached, durable)
-        except Exception:
-            self._cache.pop(run_id, None)  # re-fold from the log next time
-
-    def _write(self, run_id: str, sequence: int, change: tuple, cached: _Cached | None,
-               durable: bool) -> None:
-        old = self.read_doc(run_id)
-        base = None
-        if cached is not None and cached.through == sequence - 1 and old is not None \
-                and old.get("sequence") == cached.written:
-            base = cached.summary
-        elif change[0] == "created" and sequence == 1:
-            base = None
+        c = self._cache.get(run_id)
+        if c is None or c.through != sequence - 1:
+            if change is None or not changes_status(change):
+                return  # a later status change folds what this process did not see
+            # First seen here, or after events of another process: the log decides.
+            fresh = change[0] == "created" and sequence == 1
+            c = _Cached(apply_change(None, run_id, sequence, change) if fresh else None,
+                        None, sequence, True)
+            self._remember(run_id, c)
         else:
-            base = self.fold_from_log(run_id, sequence)  # lagging: the log decides
+            c.through = sequence
+            if change is not None:
+                if c.summary is not None:
+                    c.summary = apply_change(c.summary, run_id, sequence, change)
+                if changes_status(change):
+                    c.dirty = True
+        if c.dirty and (durable or not self.waits_for_durable):
+            try:
+                self._write(run_id, c)
+            except Exception:
+                self._cache.pop(run_id, None)  # re-fold from the log next time
+
+    def _remember(self, run_id: str, c: _Cached) -> None:
+        with self._lock:
+            self._cache.pop(run_id, None)
+            if len(self._cache) >= CACHE_LIMIT:
+                # Bounded: a dropped entry costs a fold of that run's log later.
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[run_id] = c
+
+    def _write(self, run_id: str, c: _Cached) -> None:
+        old = self.read_doc(run_id)
+        if c.summary is None or (old.get("sequence") if old is not None else None) != c.written:
+            c.summary = self.fold_from_log(run_id, c.through)  # lagging: the log decides
             old = None  # rewrite every index entry
-        summary = base if base is not None and base.get("sequence") == sequence else \
-            apply_change(base, run_id, sequence, change)
-        if summary is None:
-            return
-        if not durable:
-            # The document must never outlive an event a power cut takes back.
-            self.publisher.sync()
-        self.put(summary, old)
-        if summary["status"] in FINISHED_STATUSES:
+        if c.summary is None:
             self._cache.pop(run_id, None)
             return
-        with self._lock:
-            if len(self._cache) >= CACHE_LIMIT:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[run_id] = _Cached(summary, sequence, sequence)
+        self.put(c.summary, old)
+        c.written, c.dirty = c.summary["sequence"], False
+        if c.summary["status"] in FINISHED_STATUSES:
+            self._cache.pop(run_id, None)
+
+    def flush(self) -> None:
+        """Write every summary waiting for its events to be durable (they now are)."""
+        for run_id, c in list(self._cache.items()):
+            if c.dirty:
+                try:
+                    self._write(run_id, c)
+                except Exception:
+                    self._cache.pop(run_id, None)
 
     def fold_from_log(self, run_id: str, through: int | None = None) -> dict[str, Any] | None:
         envelopes = []

@@ -193,6 +193,7 @@ class FileEventStore(EventStore):
 
     def sync(self) -> None:
         self.publisher.sync()
+        self.catalogue.flush()  # summaries that waited for their events to be durable
 
     def delete_run(self, run_id: str) -> int:
         # Highest sequence first: a crash part-way leaves events 1..k, a shorter log
