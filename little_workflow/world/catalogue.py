@@ -366,26 +366,28 @@ class SqliteCatalogue:
         return True
 
     @staticmethod
-    def apply(conn: Any, changes: list[tuple[str, int, tuple]]) -> None:
-        """Inside the transaction that inserted the events: fold `(run_id, sequence,
-        change)` in, one read and one UPSERT per run."""
-        by_run: dict[str, list[tuple[int, tuple]]] = {}
-        for run_id, sequence, change in changes:
-            by_run.setdefault(run_id, []).append((sequence, change))
-        for run_id, items in by_run.items():
+    def write_pending(conn: Any, tracker: "SummaryTracker", run_ids: Iterable[str]) -> None:
+        """Inside the transaction that inserted the events: write the summaries of runs
+        whose status changed — one read and one write per run."""
+        for run_id in run_ids:
+            c = tracker.pending(run_id)
+            if c is None:
+                continue
             row = conn.execute("SELECT doc FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            summary = json.loads(row[0]) if row is not None else None
-            for sequence, change in items:
-                if summary is not None and summary.get("sequence", 0) >= sequence:
-                    continue  # already folded (a rebuild ran in between)
-                folded = apply_change(summary, run_id, sequence, change)
-                if folded is None:  # no summary and no run.created: fold the whole log
-                    folded = SqliteCatalogue.fold_run(conn, run_id)
-                    summary = folded
-                    break
-                summary = folded
-            if summary is not None:
+            old = json.loads(row[0]) if row is not None else None
+            summary, old = tracker.resolve(
+                run_id, c, old, lambda: SqliteCatalogue.fold_run(conn, run_id, c.through))
+            if summary is None:
+                continue
+            if old is not None and old.get("createdAt") == summary["createdAt"] \
+                    and old.get("workflowId") == summary.get("workflowId") \
+                    and old.get("parentRunId") == summary.get("parentRunId"):
+                # Only status and document change: the other indexes stay untouched.
+                conn.execute("UPDATE runs SET status = ?, doc = ? WHERE run_id = ?",
+                             (summary["status"], summary_json(summary), run_id))
+            else:
                 SqliteCatalogue.put(conn, summary)
+            tracker.written(run_id, c)
 
     @staticmethod
     def put(conn: Any, summary: dict[str, Any]) -> None:
@@ -399,9 +401,9 @@ class SqliteCatalogue:
              summary.get("parentRunId"), summary_json(summary)))
 
     @staticmethod
-    def fold_run(conn: Any, run_id: str) -> dict[str, Any] | None:
-        rows = conn.execute("SELECT envelope FROM events WHERE run_id = ? ORDER BY sequence",
-                            (run_id,))
+    def fold_run(conn: Any, run_id: str, through: int | None = None) -> dict[str, Any] | None:
+        rows = conn.execute("SELECT envelope FROM events WHERE run_id = ? AND sequence <= ?"
+                            " ORDER BY sequence", (run_id, through if through is not None else 2**62))
         return fold_envelopes(run_id, (json.loads(r[0]) for r in rows))
 
     @staticmethod
@@ -483,6 +485,7 @@ class StoreCatalogue:
         return self.store.transaction(lambda conn: SqliteCatalogue.rebuild(conn, run_ids, progress))
 
     def forget(self, run_id: str) -> None:
+        self.store.summaries.forget(run_id)
         self.store.transaction(lambda conn: SqliteCatalogue.forget(conn, run_id))
 
     def ensure_built(self) -> None:
@@ -502,9 +505,75 @@ CACHE_LIMIT = 4096
 @dataclass
 class _Cached:
     summary: dict[str, Any] | None  # None: not known here; folded from the log when written
-    written: int | None  # `sequence` of the summary document this process last wrote
+    written: int | None  # `sequence` of the summary this process last wrote (or saw)
     through: int  # every event up to this one is folded into `summary`
     dirty: bool = False  # a status change not written yet
+
+
+class SummaryTracker:
+    """What this process has folded of each run since it last wrote the run's summary,
+    so that an event that changes only the step count costs no storage write (it rides
+    with the next status change) and a status change costs one write, no log read.
+
+    Events this process did not see (another process appended, or this one started
+    after them) show as a gap in `through`: the next write then folds the run's log
+    instead — the log stays the truth. Bounded: an entry dropped costs one fold later."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _Cached] = {}
+        self._lock = threading.Lock()
+
+    def note(self, run_id: str, sequence: int, change: tuple | None) -> bool:
+        """Fold one published event in; True when a status change waits to be written."""
+        c = self._runs.get(run_id)
+        if c is None or c.through != sequence - 1:
+            if change is None or not changes_status(change):
+                return False  # a later status change folds what was not seen here
+            fresh = change[0] == "created" and sequence == 1
+            c = _Cached(apply_change(None, run_id, sequence, change) if fresh else None,
+                        None, sequence, True)
+            with self._lock:
+                self._runs.pop(run_id, None)
+                if len(self._runs) >= CACHE_LIMIT:
+                    self._runs.pop(next(iter(self._runs)))
+                self._runs[run_id] = c
+            return True
+        c.through = sequence
+        if change is not None:
+            if c.summary is not None:
+                c.summary = apply_change(c.summary, run_id, sequence, change)
+            if changes_status(change):
+                c.dirty = True
+        return c.dirty
+
+    def pending(self, run_id: str) -> _Cached | None:
+        c = self._runs.get(run_id)
+        return c if c is not None and c.dirty else None
+
+    def pending_runs(self) -> list[str]:
+        return [run_id for run_id, c in list(self._runs.items()) if c.dirty]
+
+    def resolve(self, run_id: str, c: _Cached, old: dict[str, Any] | None,
+                fold_log: Callable[[], dict[str, Any] | None]
+                ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The summary to write, given the stored one (`old`), and the stored one its
+        index entries follow (None: rewrite them all)."""
+        if c.summary is None or (old.get("sequence") if old is not None else None) != c.written:
+            c.summary = fold_log()  # lagging, or written by another process: the log decides
+            old = None
+        if c.summary is None:
+            self.forget(run_id)
+        return c.summary, old
+
+    def written(self, run_id: str, c: _Cached) -> None:
+        assert c.summary is not None
+        c.written, c.dirty = c.summary["sequence"], False
+        if c.summary["status"] in FINISHED_STATUSES:
+            self.forget(run_id)
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
 
 
 class FileCatalogue:
@@ -534,8 +603,7 @@ class FileCatalogue:
         self.publisher = publisher
         self.root = root
         self.read_log = read_log
-        self._cache: dict[str, _Cached] = {}
-        self._lock = threading.Lock()
+        self.tracker = SummaryTracker()
         # A publisher with its own sync() has writes a power cut can take back.
         self.waits_for_durable = type(publisher).sync is not Publisher.sync
 
@@ -551,57 +619,26 @@ class FileCatalogue:
         """Called after event `sequence` of `run_id` is published (under the run's
         append lock). A failure here leaves the summary lagging, never the append
         failed: the next status change or a rebuild re-folds it from the log."""
-        c = self._cache.get(run_id)
-        if c is None or c.through != sequence - 1:
-            if change is None or not changes_status(change):
-                return  # a later status change folds what this process did not see
-            # First seen here, or after events of another process: the log decides.
-            fresh = change[0] == "created" and sequence == 1
-            c = _Cached(apply_change(None, run_id, sequence, change) if fresh else None,
-                        None, sequence, True)
-            self._remember(run_id, c)
-        else:
-            c.through = sequence
-            if change is not None:
-                if c.summary is not None:
-                    c.summary = apply_change(c.summary, run_id, sequence, change)
-                if changes_status(change):
-                    c.dirty = True
-        if c.dirty and (durable or not self.waits_for_durable):
-            try:
-                self._write(run_id, c)
-            except Exception:
-                self._cache.pop(run_id, None)  # re-fold from the log next time
+        if self.tracker.note(run_id, sequence, change) and (durable or not self.waits_for_durable):
+            self._write(run_id)
 
-    def _remember(self, run_id: str, c: _Cached) -> None:
-        with self._lock:
-            self._cache.pop(run_id, None)
-            if len(self._cache) >= CACHE_LIMIT:
-                # Bounded: a dropped entry costs a fold of that run's log later.
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[run_id] = c
-
-    def _write(self, run_id: str, c: _Cached) -> None:
-        old = self.read_doc(run_id)
-        if c.summary is None or (old.get("sequence") if old is not None else None) != c.written:
-            c.summary = self.fold_from_log(run_id, c.through)  # lagging: the log decides
-            old = None  # rewrite every index entry
-        if c.summary is None:
-            self._cache.pop(run_id, None)
+    def _write(self, run_id: str) -> None:
+        c = self.tracker.pending(run_id)
+        if c is None:
             return
-        self.put(c.summary, old)
-        c.written, c.dirty = c.summary["sequence"], False
-        if c.summary["status"] in FINISHED_STATUSES:
-            self._cache.pop(run_id, None)
+        try:
+            summary, old = self.tracker.resolve(run_id, c, self.read_doc(run_id),
+                                                lambda: self.fold_from_log(run_id, c.through))
+            if summary is not None:
+                self.put(summary, old)
+                self.tracker.written(run_id, c)
+        except Exception:
+            self.tracker.forget(run_id)  # re-fold from the log next time
 
     def flush(self) -> None:
         """Write every summary waiting for its events to be durable (they now are)."""
-        for run_id, c in list(self._cache.items()):
-            if c.dirty:
-                try:
-                    self._write(run_id, c)
-                except Exception:
-                    self._cache.pop(run_id, None)
+        for run_id in self.tracker.pending_runs():
+            self._write(run_id)
 
     def fold_from_log(self, run_id: str, through: int | None = None) -> dict[str, Any] | None:
         envelopes = []
@@ -704,7 +741,7 @@ class FileCatalogue:
                 progress = progress_printer(len(run_ids))
         done = 0
         for run_id in run_ids:
-            self._cache.pop(run_id, None)
+            self.tracker.forget(run_id)
             summary = self.fold_from_log(run_id)
             if summary is None:
                 self.forget(run_id)
@@ -723,7 +760,7 @@ class FileCatalogue:
         """Remove a run's document and entries (gc): entries first, the document last, so
         an entry never names a run whose document is gone... unless a crash, and readers
         skip entries without a document."""
-        self._cache.pop(run_id, None)
+        self.tracker.forget(run_id)
         doc = self.read_doc(run_id)
         if doc is not None:
             key = order_key(created_us(doc), run_id)

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
 from ..errors import StorageError
-from .catalogue import FileCatalogue, SqliteCatalogue, StoreCatalogue
+from .catalogue import FileCatalogue, SqliteCatalogue, StoreCatalogue, SummaryTracker, changes_status
 from .ids import RUN_ID_RE
 from .publish import Publisher
 from .storage_errors import storage_error
@@ -243,6 +243,8 @@ class SqliteEventStore(EventStore):
         #: builds it when the World is opened).
         self.catalogue_needs_build = False
         self.catalogue = StoreCatalogue(self)
+        #: What this process folded of each run since writing its summary (catalogue.py).
+        self.summaries = SummaryTracker()
         try:
             self._conn = sqlite3.connect(
                 db_path, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -451,31 +453,40 @@ class SqliteEventStore(EventStore):
         connection lock (see _retrying)."""
         self._set_synchronous(durable)
         conn = self._conn
-        if len(rows) == 1 and self._wal_prefilled and changes is None:
+        summaries = self.summaries
+        if len(rows) == 1 and self._wal_prefilled and (
+                changes is None or changes[0] is None or not changes_status(changes[0])):
             # One row is its own transaction: in autocommit mode the INSERT takes the
             # write lock when it starts (as BEGIN IMMEDIATE would) and commits when it
             # ends, with the same synchronous setting, in one statement instead of three.
-            return [self.insert_row(rows[0])]
+            # A step count is folded in memory: it is written with the next status change.
+            ok = self.insert_row(rows[0])
+            if ok:
+                summaries.note(rows[0][0], rows[0][1], changes[0] if changes else None)
+            return [ok]
         conn.execute("BEGIN IMMEDIATE")
         try:
             if not self._wal_prefilled:
                 self._prefill_wal()
             results: list[bool | None] = []
             taken: set[str] = set()
-            for row in rows:
+            changed: list[str] = []
+            for i, row in enumerate(rows):
                 if row[0] in taken:
                     results.append(None)
                     continue
                 ok = self.insert_row(row)
                 if not ok:
                     taken.add(row[0])
+                elif summaries.note(row[0], row[1], changes[i] if changes else None):
+                    changed.append(row[0])
                 results.append(ok)
-            if changes is not None:
-                SqliteCatalogue.apply(conn, [(row[0], row[1], change) for row, change, ok
-                                             in zip(rows, changes, results, strict=True)
-                                             if change is not None and ok])
+            if changed:
+                SqliteCatalogue.write_pending(conn, summaries, dict.fromkeys(changed))
             conn.execute("COMMIT")
         except BaseException:
+            for row in rows:  # what was noted did not commit: fold the log next time
+                summaries.forget(row[0])
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
