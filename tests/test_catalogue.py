@@ -237,17 +237,33 @@ def run_both(world) -> None:
         lw.run_workflow(crashy, {"fail": True}, world=world, run_id="run_bad")
 
 
-def test_crash_at_every_operation_never_shows_a_status_the_log_lacks():
+@pytest.mark.parametrize("kind", ["virtual", "local_world"])
+def test_crash_at_every_operation_never_shows_a_status_the_log_lacks(kind, tmp_path):
+    from little_workflow.testing import faulty_local_world
+
+    places: list = []
+
+    def faulty(plan):
+        if kind == "virtual":
+            places.append(private_memory())
+            return lw.virtual_world(FaultyFileSystem(places[-1], plan), "/wf")
+        places.append(str(tmp_path / f"d{len(places)}"))
+        return faulty_local_world(places[-1], plan)
+
+    def fresh_world():
+        if kind == "virtual":
+            return lw.virtual_world(places[-1], "/wf")
+        return lw.local_world(places[-1])
+
     plan = FaultPlan(crash_at=None)
-    run_both(lw.virtual_world(FaultyFileSystem(private_memory(), plan), "/wf"))
+    run_both(faulty(plan))
     total = plan.count
-    assert total > 20
+    assert total > 10
     for index in range(1, total + 1):
-        inner = private_memory()
         plan = FaultPlan(crash_at=index, partial=index % 2 == 0)
         with pytest.raises(SimulatedCrash):
-            run_both(lw.virtual_world(FaultyFileSystem(inner, plan), "/wf"))
-        fresh = lw.virtual_world(inner, "/wf")
+            run_both(faulty(plan))
+        fresh = fresh_world()
         for summary in all_summaries(fresh):
             assert summary.status in statuses_in_log(fresh, summary.run_id), (index, summary)
         lw.run_workflow(crashy, {}, world=fresh, run_id="run_ok")
@@ -259,6 +275,7 @@ def test_crash_at_every_operation_never_shows_a_status_the_log_lacks():
         # `little verify --repair` runs) folds its log.
         fresh.catalogue.rebuild()
         assert_agrees_with_logs(fresh)
+        fresh.close()
 
 
 def test_a_summary_left_behind_by_a_crash_is_caught_up_by_the_next_append(tmp_path):
@@ -438,3 +455,43 @@ def test_power_cut_after_every_operation_never_leaves_a_summary_ahead_of_its_log
         for summary in all_summaries(fresh):
             assert summary.status in statuses_in_log(fresh, summary.run_id), (n, summary)
         fresh.close()
+
+
+def test_sub_runs_of_a_pipeline_name_their_parent(memory_world):
+    @lw.workflow(id="child")
+    async def child(ctx, input):
+        return input + 1
+
+    async def orchestrate(ctx, input):
+        return await ctx.call_workflow("child", 1) + await ctx.call_workflow("child", 2)
+
+    lw.run_pipeline([child], None, orchestrator=orchestrate, world=memory_world, run_id="run_parent")
+    subs = lw.list_runs(memory_world, parent_run_id="run_parent").runs
+    assert len(subs) == 2 and {r.workflow_id for r in subs} == {"child"}
+    assert all(r.status == "completed" and r.parent_run_id == "run_parent" for r in subs)
+    assert lw.list_runs(memory_world, parent_run_id="run_other").runs == []
+
+
+def test_an_s3_page_is_one_listing_from_a_start_key(request, tmp_path):
+    from conftest import WorldMaker
+
+    maker = WorldMaker("s3", tmp_path, request)
+    clock = SetClock(T0)
+    world = maker(clock=clock)
+    for i in range(30):
+        clock.set(T0 + i)
+        add_run(world, f"run_{i:02d}", "completed")
+    calls: list = []
+    real_call, real_ls = maker.fs.call_s3, maker.fs.ls
+    maker.fs.call_s3 = lambda method, **kw: calls.append((method, kw)) or real_call(method, **kw)
+    maker.fs.ls = lambda *a, **kw: calls.append(("ls", a)) or real_ls(*a, **kw)
+    try:
+        first = lw.list_runs(world, limit=10)
+        second = lw.list_runs(world, limit=10, cursor=first.next_cursor)
+    finally:
+        maker.fs.call_s3, maker.fs.ls = real_call, real_ls
+    assert ids(second)[0] == "run_19"
+    listings = [kw for method, kw in calls if method == "list_objects_v2"]
+    assert [m for m, _ in calls if m == "ls"] == []  # never a whole-prefix listing
+    assert len(listings) == 2 and all(kw["MaxKeys"] <= 16 for kw in listings)
+    assert "StartAfter" not in listings[0] and listings[1]["StartAfter"].endswith("_run_20")
