@@ -648,7 +648,8 @@ class FileCatalogue:
             envelopes.append(json.loads(data))
         return fold_envelopes(run_id, envelopes)
 
-    def put(self, summary: dict[str, Any], old: dict[str, Any] | None) -> None:
+    def put(self, summary: dict[str, Any], old: dict[str, Any] | None, *,
+            first_build: bool = False) -> None:
         """Write the document, then the index entries it needs; then drop the status
         entry it no longer has. Index entries are not synced: one lost to a power cut
         is restored by the next status change or a rebuild."""
@@ -670,7 +671,7 @@ class FileCatalogue:
             p.publish_if_absent(path, b"", durable=False)
         if old is not None and old.get("status") != summary["status"]:
             p.remove(self.path("by-status", old["status"], key), durable=False)
-        elif old is None:
+        elif old is None and not first_build:
             for status in STATUSES:  # a rewrite after a lag: no entry under another status
                 if status != summary["status"]:
                     p.remove(self.path("by-status", status, key), durable=False)
@@ -732,7 +733,8 @@ class FileCatalogue:
     # ---- rebuilding ----
 
     def rebuild(self, run_ids: list[str] | None = None, *,
-                progress: Callable[[int], None] | None = None, every_run: list[str] | None = None) -> int:
+                progress: Callable[[int], None] | None = None, every_run: list[str] | None = None,
+                first_build: bool = False) -> int:
         """Re-fold runs (all: None) from their logs and rewrite their documents and
         index entries. The number folded."""
         if run_ids is None:
@@ -746,7 +748,7 @@ class FileCatalogue:
             if summary is None:
                 self.forget(run_id)
             else:
-                self.put(summary, None)
+                self.put(summary, None, first_build=first_build)
             done += 1
             if progress is not None:
                 progress(done)
@@ -780,7 +782,7 @@ class FileCatalogue:
             return
         runs = self.logged_runs()
         if runs:
-            self.rebuild(every_run=runs)
+            self.rebuild(every_run=runs, first_build=True)
         marker = self.path("built.json")
         self.publisher.ensure_dir(marker.rsplit("/", 1)[0])
         self.publisher.replace(marker, b'{"version": 1}')
