@@ -35,6 +35,12 @@ def interruptible() -> Any:
     return handler()
 
 
+def stored_value(world: Any, value: Any, ref: str | None = None) -> Any:
+    from .runtime.values import stored_value as read_back
+
+    return read_back(world, value, ref)
+
+
 class UserError(click.ClickException):
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.message}", err=True)
@@ -309,8 +315,9 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
         table.add_row(str(e.sequence), e.type, detail, e.created_at)
     _console().print(table)
     failed = [e for e in evs if e.type == "run.failed" and isinstance(e.payload, dict)]
-    if failed:  # in full, whatever the table had room for
-        click.echo(f"run failed: {error_text(failed[-1].payload.get('error'))}")
+    if failed:  # in full, whatever the table had room for (a long message read back)
+        error = stored_value(world, failed[-1].payload.get("error"))
+        click.echo(f"run failed: {error_text(error)}")
 
 
 @cli.command("inspect")
