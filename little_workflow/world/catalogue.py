@@ -44,7 +44,11 @@ MAX_US = 10**16 - 1
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
-    """One run as the catalogue knows it (`lw.list_runs`)."""
+    """One run as the catalogue knows it (`lw.list_runs`). `steps` counts the steps the
+    run started, as of its last status change (a running run's count catches up at its
+    next one); `updated_at` is the time of that change; `waiting` what a waiting run
+    waits for (`kind`, `stepPath`, `wakeAt` or `name`/`deadline`); `error` a failed or
+    cancelled run's error record."""
 
     run_id: str
     workflow_id: str | None
