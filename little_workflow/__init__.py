@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ArtifactHashMismatchError,
@@ -37,6 +37,34 @@ from .errors import (
     WorkflowMismatchError,
     WorldPathError,
 )
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from . import testing
+    from .ops.gc import GcReport, gc
+    from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
+    from .runtime.bash_steps import Mount, file_mount, read_only
+    from .runtime.context import RunContext, current_run
+    from .runtime.control import cancel_run, start_workflow
+    from .runtime.fork import fork_run
+    from .runtime.outer_loop import Continue, Done
+    from .runtime.runner import areplay_run, materialize_run_state, replay_run
+    from .runtime.signals import send_event
+    from .runtime.state import RunResult, RunState, StepState
+    from .runtime.steps import Retry, StepInfo, current_step
+    from .runtime.worker import Worker
+    from .runtime.workflow import Workflow, workflow
+    from .world import (
+        ArtifactManifest,
+        Event,
+        EventPayloadError,
+        World,
+        local_world,
+        tracing_world,
+        virtual_world,
+    )
+    from .world.catalogue import RunPage, RunSummary, list_runs
+    from .world.memory_store import MemoryReadOnlyError, MemoryStore
+    from .world.verify import VerifyReport, verify_world
 
 # Everything else is imported when first used (PEP 562), so `import little_workflow`
 # — and a `little` command that needs only part of it — does not pay for pydantic,
