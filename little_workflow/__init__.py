@@ -35,6 +35,7 @@ from .errors import (
     UnsupportedSourceError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    WorldBusyError,
     WorldPathError,
 )
 
@@ -187,6 +188,7 @@ __all__ = [
     "WorkflowFailedError",
     "WorkflowMismatchError",
     "World",
+    "WorldBusyError",
     "WorldPathError",
     "areplay_run",
     "arun_pipeline",
