@@ -187,6 +187,22 @@ class ObjectStorePublisher(Publisher):
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
 
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str]:
+        """One `ListObjectsV2` request from `start_after` on (`StartAfter`, `MaxKeys`):
+        a page of a folder costs one request, whatever the folder holds."""
+        bucket, _, key = self.fs._strip_protocol(path).strip("/").partition("/")
+        prefix = key.rstrip("/") + "/"
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": limit,
+                                "Delimiter": "/"}
+        if start_after:
+            args["StartAfter"] = prefix + start_after
+        try:
+            answer = self.fs.call_s3("list_objects_v2", **args)
+        except STORE_ERRORS as e:
+            raise storage_error(e, path, "listing") from e
+        names = [item["Key"][len(prefix):] for item in answer.get("Contents", [])]
+        return [n for n in names if n and not is_temp_name(n)]
+
     def cross_process_locks(self, root: str) -> "ObjectStoreLocks":
         return ObjectStoreLocks(self.fs, f"{root}/locks", lease_seconds=LEASE_SECONDS)
 

@@ -131,7 +131,7 @@ def register_version(world: Any, wf: Workflow) -> None:
 
 async def arun_single(
     wf: Workflow, input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
-    suspend: bool = False,
+    suspend: bool = False, parent_run_id: str | None = None,
 ) -> RunResult:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
     must wait (a sleep, an event) releases its lock and returns `status="waiting"`."""
@@ -144,11 +144,12 @@ async def arun_single(
 
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
-        return await _run_locked(world, wf, value, run_id, pipeline, suspend)
+        return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id)
 
 
 async def _run_locked(
-    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False
+    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False,
+    parent_run_id: str | None = None,
 ) -> RunResult:
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -184,7 +185,9 @@ async def _run_locked(
 async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str) -> RunResult:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     if log.created is None:
-        await create_run(ctx, wf, input, input_hash)
+        # A sub-run names its parent, so the catalogue can list a pipeline's runs.
+        await create_run(ctx, wf, input, input_hash,
+                         {"parentRunId": parent_run_id} if parent_run_id else None)
     await cancelled_on_entry(ctx)
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     ctx.watch = RunWatch(ctx).start()
