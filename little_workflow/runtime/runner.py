@@ -167,7 +167,7 @@ async def _run_locked(
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
     try:
-        return await _execute_run(ctx, wf, input, input_hash)
+        return await _execute_run(ctx, wf, input, input_hash, parent_run_id)
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says
@@ -182,7 +182,8 @@ async def _run_locked(
         raise
 
 
-async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str) -> RunResult:
+async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
+                       parent_run_id: str | None) -> RunResult:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     if log.created is None:
         # A sub-run names its parent, so the catalogue can list a pipeline's runs.
