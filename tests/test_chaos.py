@@ -264,7 +264,7 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
             stop_max, cut_max = LEASE + 6.0, 8.0
             result = run_chaos(
                 kind, f"s3://{bucket}/wf", SEED, seconds, workdir, extra_env=env,
-                stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.5, links=links,
+                stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.8, links=links,
                 slow_seconds=cut_max, lock_owners=moto.lock_owners(f"{bucket}/wf"),
                 fence_slack=max(stop_max, cut_max) + 2 * LEASE, exclusive=False, pace=1.0,
                 drain_seconds=45, roles=ROLES or S3_ROLES,
