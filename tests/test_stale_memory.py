@@ -272,3 +272,28 @@ def test_evicted_ledger_keeps_idempotency(kind: str, tmp_path: Any) -> None:
         with pytest.raises(lw.IdempotencyConflictError):
             world.append_event("run_keyed", "note.added", {"v": 2}, idempotency_key="k")
         assert [e.sequence for e in world.list_events("run_keyed")] == [1]
+
+
+def test_worker_cache_of_a_run_deleted_and_created_again_between_sweeps(pair: Any) -> None:
+    # The worker read the run once (created, input n=2); between two of its sweeps the run
+    # was executed elsewhere, gc'd, and created again with another input.
+    world, other = pair
+    worker = lw.Worker(world, workflows=[simple], concurrency=1, sweep_seconds=0.05)
+    run_id = rid()
+    other("start", run_id, 2)
+    assert [d[0] for d in worker.due_runs()] == [run_id]
+    assert other("simple", run_id, 2)["status"] == "completed"
+    assert other("gc")["deleted"] == [run_id]
+    other("start", run_id, 3)
+    thread = threading.Thread(target=worker.run_until_idle, daemon=True)
+    thread.start()
+    thread.join(60)
+    try:
+        assert not thread.is_alive(), "the worker keeps retrying the run"
+        events = contiguous(world, run_id)
+        assert events[-1].type == "run.completed"
+        assert events[-1].payload["output"] == {"n": 3, "total": 6}
+    finally:
+        worker.stop()
+        thread.join(30)
+        worker.close()

@@ -118,9 +118,11 @@ class Worker:
             self._no_log_since.pop(run_id, None)
             if run_log.status in TERMINAL_STATUSES:
                 # Its runner died between the terminal event and removing the entry.
-                self._finished.add(run_id)
+                # Remembered as finished only while the entry stays: once it is gone,
+                # the same id listed again is a new run (deleted and created again).
                 self._logs.pop(run_id, None)
-                self._unindex(run_id)
+                if not self._unindex(run_id):
+                    self._finished.add(run_id)
                 continue
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
@@ -221,6 +223,9 @@ class Worker:
             fut = self._pool.submit(self._execute, run_id, wf, self._input(run_log),
                                     run_log.last_sequence)
             self._in_flight[run_id] = fut
+            # What this worker read of the run is out of date once it runs: read it whole
+            # again next time (the run may also have been deleted and created anew).
+            self._logs.pop(run_id, None)
             fut.add_done_callback(lambda _f, rid=run_id: self._done(rid))
             started += 1
         return started
