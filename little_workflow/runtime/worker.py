@@ -63,6 +63,7 @@ class Worker:
         self._finished: set[str] = set()
         self._locked_at: dict[str, int] = {}  # run id -> last sequence when found locked
         self._no_log_since: dict[str, float] = {}  # indexed run id with no log -> first seen
+        self._reread: set[str] = set()  # runs whose cached log must be read whole again
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._last_sweep = (0.0, 0.0)  # (duration, monotonic end) of the last sweep
@@ -74,6 +75,9 @@ class Worker:
 
     def _log(self, run_id: str) -> RunLog:
         cached = self._logs.get(run_id)
+        if run_id in self._reread:
+            self._reread.discard(run_id)
+            cached = None
         if cached is None:
             cached = self._logs[run_id] = RunLog(run_id=run_id)
         for e in self.world.list_events(run_id, after=cached.last_sequence):
@@ -135,6 +139,7 @@ class Worker:
 
     def _forget(self, listed: set[str]) -> None:
         """Drop what this worker remembers of runs the index no longer names."""
+        self._reread.intersection_update(listed)
         for cache in (self._logs, self._locked_at, self._no_log_since):
             for run_id in [r for r in cache if r not in listed]:
                 del cache[run_id]
@@ -194,6 +199,9 @@ class Worker:
             self._locked_at[run_id] = last_sequence  # someone else runs it
         except LittleWorkflowError as e:
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
+            # What this worker read of the run may be of a run since deleted and created
+            # again under its id (its input no longer matches): read it whole next time.
+            self._reread.add(run_id)
         except Exception:
             log.exception("run %s raised", run_id)
         finally:
@@ -223,9 +231,6 @@ class Worker:
             fut = self._pool.submit(self._execute, run_id, wf, self._input(run_log),
                                     run_log.last_sequence)
             self._in_flight[run_id] = fut
-            # What this worker read of the run is out of date once it runs: read it whole
-            # again next time (the run may also have been deleted and created anew).
-            self._logs.pop(run_id, None)
             fut.add_done_callback(lambda _f, rid=run_id: self._done(rid))
             started += 1
         return started
