@@ -24,6 +24,7 @@ from .ops.cli_support import (
     run_rows,
 )
 from .runtime.runner import interruptible
+from .runtime.values import stored_value
 from .world.ids import new_run_id
 from .world.verify import verify_world
 
@@ -280,8 +281,9 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
         table.add_row(str(e.sequence), e.type, detail, e.created_at)
     _console().print(table)
     failed = [e for e in evs if e.type == "run.failed" and isinstance(e.payload, dict)]
-    if failed:  # in full, whatever the table had room for
-        click.echo(f"run failed: {error_text(failed[-1].payload.get('error'))}")
+    if failed:  # in full, whatever the table had room for (a long message read back)
+        error = stored_value(world, failed[-1].payload.get("error"))
+        click.echo(f"run failed: {error_text(error)}")
 
 
 @cli.command("inspect")

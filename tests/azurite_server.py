@@ -12,6 +12,8 @@ import time
 import uuid
 from typing import Any
 
+from external_tools import require_tool
+
 # Azurite's well-known development account (public, documented by Microsoft).
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -25,9 +27,7 @@ def _free_port() -> int:
 
 class Azurite:
     def __init__(self) -> None:
-        executable = shutil.which("azurite-blob")
-        if executable is None:
-            raise RuntimeError("azurite-blob is not installed: npm install -g azurite@3.37")
+        executable = require_tool("azurite-blob")
         self.port = _free_port()
         self.workdir = tempfile.mkdtemp(prefix="azurite-")  # its debug log, if any
         # stderr goes to a file, not a pipe: a pipe nobody reads fills up after 64 KiB of

@@ -4,18 +4,16 @@ page's script ran, and screenshots. Plus a small DOM reader over html.parser."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
 from typing import Any, Callable, Iterator
 
+from external_tools import require_tool
+
 
 def chromium_path() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not path:
-        raise RuntimeError("headless Chromium is needed: apt-get install -y chromium (.ci/run does)")
-    return path
+    return require_tool("chromium", "chromium-browser")
 
 
 def _chromium(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:

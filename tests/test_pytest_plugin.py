@@ -5,10 +5,13 @@ after the README's editable install (`pip install -e .` into a fresh venv)."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import re
+import site
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import pytest
@@ -88,15 +91,49 @@ def test_the_readme_pytest_example_passes(pytester):
 
 # --- an editable install into a fresh venv, as the README does it --------------------------
 
+def parent_site_dirs() -> list[str]:
+    """Where the running interpreter finds its packages: its own (v)env's site-packages,
+    plus the base ones when it is a `--system-site-packages` venv (and the user site)."""
+    dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for i, d in enumerate(dirs) if os.path.isdir(d) and d not in dirs[:i]]
+
+
+def can_build_wheels() -> bool:
+    """setuptools builds wheels by itself from 70.1 on; before that it needs `wheel`."""
+    try:
+        version = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    major, minor = (int(part) for part in re.findall(r"\d+", version)[:2])
+    return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
 @pytest.fixture(scope="module")
 def venv_python(tmp_path_factory):
+    """A fresh venv with an editable install of this checkout. It borrows the running
+    interpreter's packages (pytest, fsspec, mypy...) through a .pth file naming its site
+    directories: `--system-site-packages` would give the *base* interpreter's packages,
+    which lack them when the tests themselves run in a venv. Nothing is downloaded."""
     venv = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                   check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = str(venv / "bin" / "python")
-    r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "-e", ROOT],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+    own_site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    # addsitedir, not a bare path: the parent's own .pth files (editable installs,
+    # distutils shims) take effect too. Named to sort after the editable install's .pth,
+    # so this checkout comes before any other install of little_workflow on sys.path.
+    with open(os.path.join(own_site, "zz_parent_site.pth"), "w") as f:
+        for d in parent_site_dirs():
+            f.write(f"import site; site.addsitedir({d!r})\n")
+    # The build backend comes from the parent's packages when they can build a wheel (the
+    # dev extra asks for such a setuptools), offline; pip's isolated build would download
+    # it. An environment installed before that falls back to the isolated build.
+    offline = ["--no-index", "--no-build-isolation"] if can_build_wheels() else []
+    r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", *offline, "-e", ROOT],
+                       capture_output=True, text=True, env=user_env(), timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return py
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
+
+from external_tools import require_tool
 
 import little_workflow as lw
 
@@ -37,13 +38,13 @@ FD_PATH_RE = re.compile(r"^(\d+)<([^>]*)>")
 
 def traced_syscalls(data_dir: str, appends: int, tmp_path) -> list[tuple[str, str, str]]:
     """(syscall, path of its fd or of its path argument, rest of the line), in order."""
-    assert shutil.which("strace"), "strace is needed (.ci/run installs it)"
+    strace = require_tool("strace")
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     trace = tmp_path / "trace.txt"
     env = dict(os.environ, PYTHONPATH=ROOT)
     r = subprocess.run(
-        ["strace", "-f", "-y", "-qq", "-s", "64", "-o", str(trace),
+        [strace, "-f", "-y", "-qq", "-s", "64", "-o", str(trace),
          "-e", "trace=openat,write,pwrite64,fsync,fdatasync,close,rename,unlink,ftruncate",
          sys.executable, str(script), data_dir, str(appends)],
         capture_output=True, text=True, env=env, timeout=600,
