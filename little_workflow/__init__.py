@@ -30,6 +30,7 @@ from .errors import (
     UnsupportedSourceError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    WorldBusyError,
     WorldPathError,
 )
 from .ops.gc import GcReport, gc
@@ -107,6 +108,7 @@ __all__ = [
     "WorkflowFailedError",
     "WorkflowMismatchError",
     "World",
+    "WorldBusyError",
     "WorldPathError",
     "areplay_run",
     "arun_pipeline",
