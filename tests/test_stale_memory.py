@@ -249,8 +249,8 @@ def test_a_worker_holds_state_only_for_runs_in_flight(kind: str, tmp_path: Any) 
         worker.run_until_idle()
         assert worker.runs_executed == n
         assert len(world.state.ledgers) <= 4, len(world.state.ledgers)
-        assert sum(len(c) for c in (worker._logs, worker._locked_at, worker._no_log_since,
-                                    worker._finished)) <= 4
+        assert sum(len(c) for c in (worker._logs, worker._backoff._blocked,
+                                    worker._no_log_since, worker._finished, worker._reread)) <= 4
         # Reading and sending to many runs: the cache stays bounded all the same.
         for i in range(n):
             world.list_events(f"run_b{i}")
