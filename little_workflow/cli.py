@@ -23,6 +23,7 @@ from .ops.cli_support import (
     plain_table,
     run_rows,
 )
+from .errors import failure_text
 from .runtime.runner import interruptible
 from .world.ids import new_run_id
 from .world.verify import verify_world
@@ -129,7 +130,9 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
         if as_json:
             _dump({"runId": run_id, "status": "failed", "output": None, "workflowId": wf.id,
                    "error": e.error})
-        message = f"run {run_id} failed: {error_text(e.error)}"
+        if e.traceback and not as_json:
+            click.echo(e.traceback.rstrip("\n"), err=True)
+        message = str(e)
         if before == "failed":
             message += (" — this is the stored result of an earlier attempt (a failed run is "
                         f"not run again); to run it again from the failed step: little fork {run_id}")
@@ -280,8 +283,11 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
         table.add_row(str(e.sequence), e.type, detail, e.created_at)
     _console().print(table)
     failed = [e for e in evs if e.type == "run.failed" and isinstance(e.payload, dict)]
-    if failed:  # in full, whatever the table had room for
-        click.echo(f"run failed: {error_text(failed[-1].payload.get('error'))}")
+    if failed:  # in full, whatever the table had room for, after where it failed
+        payload = failed[-1].payload
+        if isinstance(payload.get("traceback"), str):
+            click.echo(payload["traceback"].rstrip("\n"))
+        click.echo(f"run failed: {failure_text(run_id, payload.get('error') or {})}")
 
 
 @cli.command("inspect")

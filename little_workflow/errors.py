@@ -96,11 +96,27 @@ class WorkflowMismatchError(InputMismatchError):
         self.run_id, self.stored_hash, self.new_hash = run_id, stored, asked
 
 
+def failure_text(run_id: str, error: dict[str, Any]) -> str:
+    """`Type: message` of a run's error record, without repeating the run id: a step's
+    failure reads "step 'parse' failed: ValueError: ...", the rest "KeyError: 'x'"."""
+    message = str(error.get("message"))
+    for prefix in (f"run {run_id}, ", f"run {run_id}: "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    if error.get("type") in (None, "StepFailedError"):
+        return message  # it names the step and the step's own error type already
+    return f"{error.get('type')}: {message}"
+
+
 class WorkflowFailedError(LittleWorkflowError):
-    def __init__(self, run_id: str, cause: BaseException | None, error: dict[str, Any]):
-        self.run_id, self.cause, self.error = run_id, cause, error
+    """A run failed. `error` is its stored `{type, message}`; `traceback` the stored
+    traceback text (bounded) when the failure was recorded with one."""
+
+    def __init__(self, run_id: str, cause: BaseException | None, error: dict[str, Any],
+                 traceback: str | None = None):
+        self.run_id, self.cause, self.error, self.traceback = run_id, cause, error, traceback
         self.__cause__ = cause
-        super().__init__(f"run {run_id} failed: {error.get('type')}: {error.get('message')}")
+        super().__init__(f"run {run_id} failed: {failure_text(run_id, error)}")
 
 
 class OutputSchemaError(WorkflowFailedError, SchemaValidationError):
@@ -110,6 +126,7 @@ class OutputSchemaError(WorkflowFailedError, SchemaValidationError):
     def __init__(self, run_id: str, cause: SchemaValidationError):
         self.run_id, self.cause, self.__cause__ = run_id, cause, cause
         self.error = {"type": "SchemaValidationError", "message": str(cause)}
+        self.traceback = None
         self.what, self.message, self.json_path = cause.what, cause.message, cause.json_path
         Exception.__init__(self, f"run {run_id} failed: {cause}")
 

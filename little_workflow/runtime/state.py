@@ -41,6 +41,7 @@ class RunLog:
     output: Any = None
     output_ref: str | None = None
     error: dict[str, Any] | None = None
+    traceback: str | None = None  # of a failed run, as run.failed stored it (bounded)
     starts: int = 0
     steps: dict[str, StepRecord] = field(default_factory=dict)
     harness_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # callKey -> payload
@@ -86,6 +87,7 @@ class RunLog:
         elif t == "run.failed":
             self.status = "failed"
             self.error = p.get("error")
+            self.traceback = p.get("traceback") if isinstance(p.get("traceback"), str) else None
         elif t == "run.cancelled":
             self.status = "cancelled"
             self.error = p.get("error") or {"type": "RunCancelledError", "reason": p.get("reason")}
