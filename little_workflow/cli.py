@@ -23,7 +23,7 @@ from .ops.cli_support import (
     plain_table,
     run_rows,
 )
-from .errors import failure_text
+from .errors import failure_text, fork_point_list
 from .runtime.runner import interruptible
 from .world.ids import new_run_id
 from .world.verify import verify_world
@@ -223,7 +223,11 @@ def cancel(run_id: str, reason: str | None, world: Any) -> None:
 @world_options
 def fork(run_id: str, from_step: str | None, new_run_id: str | None, world: Any) -> None:
     """Fork a run: a new run keeping the history before a step (run it with a worker)."""
-    click.echo(lw.fork_run(world, run_id, from_step=from_step, new_run_id=new_run_id))
+    try:
+        click.echo(lw.fork_run(world, run_id, from_step=from_step, new_run_id=new_run_id))
+    except lw.ForkPointError as e:
+        raise UserError(f"run {run_id}: {e.reason}; give --from-step PATH, one of: "
+                        f"{fork_point_list(e.fork_points)}") from None
 
 
 def _load_workflows(target: str) -> list[Any]:

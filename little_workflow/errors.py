@@ -143,6 +143,25 @@ class StepError(LittleWorkflowError, ValueError):
         super().__init__(f"run {run_id}, step {step_path!r}: {message}")
 
 
+class ForkPointError(StepError):
+    """`fork_run` was not told, or told wrongly, where to fork from. `fork_points` are the
+    step paths it can fork from, in the order the run reached them (a parallel group's
+    path included); `reason` is the problem without the hint, for a CLI to phrase its own."""
+
+    def __init__(self, run_id: str, from_step: str | None, reason: str, fork_points: list[str]):
+        self.run_id, self.step_path, self.reason = run_id, from_step, reason
+        self.fork_points = fork_points
+        LittleWorkflowError.__init__(self, f"run {run_id}: {reason}; pass from_step= "
+                                     f"one of: {fork_point_list(fork_points)}")
+
+
+def fork_point_list(points: list[str], shown: int = 12) -> str:
+    if not points:
+        return "(none: the run reached no step)"
+    more = f", … ({len(points) - shown} more)" if len(points) > shown else ""
+    return ", ".join(points[:shown]) + more
+
+
 class NotInStepError(LittleWorkflowError, RuntimeError):
     """`current_step()` was called outside a step function."""
 
