@@ -238,19 +238,22 @@ def _load_workflows(target: str) -> list[Any]:
 @click.argument("targets", nargs=-1, required=True, metavar="MODULE[:WORKFLOW]...")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--until-idle", is_flag=True, help="return when nothing is due")
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object per line on stdout per run started, completed, failed...")
 @world_options
-def worker(targets: tuple[str, ...], concurrency: int, until_idle: bool, world: Any) -> None:
-    """Execute runs of these workflows as they become due (stop with Ctrl-C or SIGTERM)."""
+def worker(targets: tuple[str, ...], concurrency: int, until_idle: bool, as_json: bool,
+           world: Any) -> None:
+    """Execute runs of these workflows as they become due (stop with Ctrl-C or SIGTERM:
+    a first Ctrl-C waits for the runs in flight, a second stops at once)."""
+    from .ops.worker_report import WorkerReport
+
     workflows = [wf for t in targets for wf in _load_workflows(t)]
-    w = lw.Worker(world, workflows=workflows, concurrency=concurrency)
+    report = WorkerReport(world, as_json=as_json, say=lambda line: click.echo(line, err=True),
+                          emit=click.echo)
+    w = lw.Worker(report.traced(), workflows=workflows, concurrency=concurrency)
     click.echo(f"worker: {', '.join(sorted({wf.id for wf in workflows}))} "
                f"on {world.data_dir}", err=True)
-    if until_idle:
-        w.run_until_idle()
-        w.close()
-    else:
-        w.run()
-    click.echo(f"worker stopped after {w.runs_executed} run executions", err=True)
+    sys.exit(report.run(w, until_idle=until_idle))
 
 
 def _require_run(world: Any, run_id: str) -> list[Any]:
