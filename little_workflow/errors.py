@@ -162,6 +162,23 @@ def fork_point_list(points: list[str], shown: int = 12) -> str:
     return ", ".join(points[:shown]) + more
 
 
+class ClockStalledError(LittleWorkflowError):
+    """A run sleeps on a FakeClock that nobody advanced for `stalled_seconds` of real time,
+    in a call that does not suspend: it would block forever. Not a failure of the run: it
+    stays unfinished."""
+
+    def __init__(self, wake_at: str, stalled_seconds: float, run_id: str | None = None,
+                 step_path: str | None = None):
+        self.wake_at, self.stalled_seconds = wake_at, stalled_seconds
+        self.run_id, self.step_path = run_id, step_path
+        where = f"run {run_id}, step {step_path!r}: " if run_id else ""
+        super().__init__(
+            f"{where}sleeping until {wake_at} on a FakeClock nobody advanced for "
+            f"{stalled_seconds:g} s of real time; run it with suspend=True (it returns status "
+            "'waiting'; advance the clock, e.g. lw_clock.advance(seconds), and run it again), "
+            "or advance the clock from another thread")
+
+
 class NotInStepError(LittleWorkflowError, RuntimeError):
     """`current_step()` was called outside a step function."""
 

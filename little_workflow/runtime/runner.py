@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Coroutine, TypeVar
 
 from ..errors import (
+    ClockStalledError,
     InputMismatchError,
     LeaseLostError,
     OutputSchemaError,
@@ -172,7 +173,7 @@ async def _run_locked(
     except asyncio.CancelledError:
         await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
         raise  # not a failure of the run: it stays unfinished and resumable
-    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError):
+    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError):
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
         await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
