@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import sys
 from typing import Any, Callable
@@ -41,9 +42,10 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
         return functools.partial(world_options, read_only=read_only)
 
     @click.option("--data-dir", default=None, metavar="DIR",
-                  help="local_world data dir (default .little-workflow)")
+                  help="local_world data dir (default $LITTLE_DATA_DIR, else .little-workflow)")
     @click.option("--world", "world_url", default=None, metavar="URL",
-                  help="virtual_world fsspec URL, e.g. memory://wf or file:///data/wf")
+                  help="virtual_world: an fsspec URL (memory://wf, s3://bucket/wf) or a "
+                       "path, as world=\"dir\" makes (default $LITTLE_WORLD)")
     @functools.wraps(fn)
     def wrapper(*args: Any, data_dir: str | None, world_url: str | None, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
@@ -52,6 +54,8 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
         world_url = world_url or parent.get("world_url")
         if data_dir and world_url:
             raise UserError("give --data-dir or --world, not both")
+        if not data_dir and not world_url:
+            data_dir, world_url = world_from_environment()
         ctx.meta["little.world_args"] = (["--data-dir", data_dir] if data_dir else
                                          ["--world", world_url] if world_url else [])
         world = open_world(data_dir, world_url, read_only=read_only, run_id=kwargs.get("run_id"),
@@ -66,6 +70,16 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
             world.close()
 
     return wrapper
+
+
+def world_from_environment() -> tuple[str | None, str | None]:
+    """(data dir, world URL) from LITTLE_DATA_DIR / LITTLE_WORLD, when no option is given."""
+    data_dir = os.environ.get("LITTLE_DATA_DIR") or None
+    world_url = os.environ.get("LITTLE_WORLD") or None
+    if data_dir and world_url:
+        raise UserError("both LITTLE_DATA_DIR and LITTLE_WORLD are set: unset one, or give "
+                        "--data-dir or --world")
+    return data_dir, world_url
 
 
 def _console() -> Any:

@@ -44,8 +44,8 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
         validate_run_id(run_id)  # a malformed id is the first thing to say
     missing = f"no run {run_id}: " if run_id else ""
     if world_url:
-        if "://" not in world_url:
-            raise CliError(f"--world takes an fsspec URL like memory://wf, not {world_url!r}")
+        if "://" not in world_url:  # a plain path: the virtual world `world="dir"` makes
+            world_url = "file://" + os.path.abspath(world_url)
         scheme, _, rest = world_url.partition("://")
         if scheme == "memory":
             note(f"note: {world_url} is a memory world: it lives in this process only, "
@@ -66,6 +66,11 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
                 raise CliError(f"{world_url}: {type(e).__name__}: {e}") from None
             raise
     root = os.path.abspath(data_dir or ".little-workflow")
+    if os.path.isdir(os.path.join(root, "events")) and \
+            not os.path.exists(os.path.join(root, "events", "events.db")):
+        raise CliError(f"{root} is a virtual world (one file per event, as world={data_dir!r} "
+                       f"or virtual_world() makes), not a local_world data dir: open it with "
+                       f"--world {root}")
     if read_only and not os.path.exists(os.path.join(root, "events", "events.db")):
         why = "" if not os.path.isdir(root) else " (the directory has no events/events.db)"
         raise CliError(f"{missing}no data dir at {root}{why}; give the one you ran with, "
