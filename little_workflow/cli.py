@@ -15,6 +15,7 @@ import little_workflow as lw
 
 from .ops.cli_support import (
     error_text,
+    is_damaged_events_db,
     format_duration,
     format_started,
     is_storage_client_error,
@@ -35,11 +36,14 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.message}", err=True)
 
 
-def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = False) -> Any:
+def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = False,
+                  on_damaged: Callable[..., Any] | None = None) -> Any:
     """`--data-dir DIR` / `--world URL` for a command, which gets `world=`. A read-only
-    command (`@world_options(read_only=True)`) never creates a data dir."""
+    command (`@world_options(read_only=True)`) never creates a data dir. A damaged
+    events.db is refused when opened; `on_damaged(data_dir, error, **kwargs)` is called
+    instead of the command where it can do better (verify: what can still be read)."""
     if fn is None:
-        return functools.partial(world_options, read_only=read_only)
+        return functools.partial(world_options, read_only=read_only, on_damaged=on_damaged)
 
     @click.option("--data-dir", default=None, metavar="DIR",
                   help="local_world data dir (default $LITTLE_DATA_DIR, else .little-workflow)")
@@ -58,8 +62,14 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
             data_dir, world_url = world_from_environment()
         ctx.meta["little.world_args"] = (["--data-dir", data_dir] if data_dir else
                                          ["--world", world_url] if world_url else [])
-        world = open_world(data_dir, world_url, read_only=read_only, run_id=kwargs.get("run_id"),
-                           note=lambda line: click.echo(line, err=True))
+        try:
+            world = open_world(data_dir, world_url, read_only=read_only,
+                               run_id=kwargs.get("run_id"),
+                               note=lambda line: click.echo(line, err=True))
+        except lw.StorageError as e:
+            if on_damaged is None or not is_damaged_events_db(e):
+                raise
+            return on_damaged(os.path.dirname(os.path.dirname(e.path)), e, **kwargs)
         try:
             return fn(*args, world=world, **kwargs)
         except Exception as e:
@@ -381,9 +391,26 @@ def artifacts(run_id: str, as_json: bool, world: Any) -> None:
     _console().print(table)
 
 
+def _verify_damaged(data_dir: str, error: Any, as_json: bool) -> None:
+    from .ops.salvage import salvage_events
+
+    report = salvage_events(data_dir, error.problem)
+    if as_json:
+        _dump(report.to_json_dict())
+    else:
+        click.echo(f"{report.db_path} is damaged: {report.damage}")
+        read = sum(report.readable.values())
+        click.echo(f"readable: {len(report.readable)} runs whole ({read} events)")
+        if report.unreadable:
+            click.echo(f"unreadable: {len(report.unreadable)} runs: "
+                       + ", ".join(sorted(report.unreadable)))
+        click.echo("nothing is written to it any more: restore it from a backup or move it away")
+    sys.exit(1)
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
-@world_options(read_only=True)
+@world_options(read_only=True, on_damaged=_verify_damaged)
 def verify(as_json: bool, world: Any) -> None:
     """Re-hash every artifact and check every run's log (exit 1 on any problem)."""
     report = verify_world(world)

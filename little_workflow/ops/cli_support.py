@@ -34,6 +34,12 @@ def is_storage_client_error(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] in STORAGE_CLIENTS
 
 
+def is_damaged_events_db(e: StorageError) -> bool:
+    """A local_world's events.db that SQLite finds damaged (not a missing or locked one)."""
+    return os.path.basename(e.path) == "events.db" and any(
+        word in e.problem for word in ("damaged", "malformed"))
+
+
 def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
                run_id: str | None = None, note: Callable[[str], Any] = print) -> Any:
     """The World a command works on. A read-only command refuses a data dir or file URL
