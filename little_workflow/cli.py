@@ -236,7 +236,12 @@ def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None,
 def cancel(run_id: str, reason: str | None, world: Any) -> None:
     """Cancel a run (a running one stops at its next step, sleep or wait)."""
     lw.cancel_run(world, run_id, reason=reason)
-    click.echo(f"{run_id} {lw.materialize_run_state(world, run_id).status}")
+    status = lw.materialize_run_state(world, run_id).status
+    if status == "cancelled":
+        click.echo(f"{run_id} cancelled")
+    else:  # another process runs it: it sees the request at its next boundary
+        click.echo(f"{run_id}: cancel requested; it is {status} elsewhere and stops at its "
+                   "next step, sleep or wait")
 
 
 @cli.command()
@@ -373,13 +378,18 @@ def replay(run_id: str, as_json: bool, world: Any) -> None:
 @cli.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--show", default=None, metavar="ARTIFACT",
+              help="print this artifact's content (its name, step/name or artifact:// ref)")
 @world_options(read_only=True)
-def artifacts(run_id: str, as_json: bool, world: Any) -> None:
-    """List a run's artifacts."""
+def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
+    """List a run's artifacts, or print one's content (--show)."""
     lw.world.ids.validate_run_id(run_id)
     manifests = world.list_artifacts(run_id)
     if not manifests:
         _require_run(world, run_id)
+    if show is not None:
+        _show_artifact(world, run_id, manifests, show)
+        return
     if as_json:
         _dump([m.to_json_dict() for m in manifests])
         return
@@ -389,6 +399,23 @@ def artifacts(run_id: str, as_json: bool, world: Any) -> None:
     for m in manifests:
         table.add_row(m.artifact_ref, m.step_path, m.name, m.encoding, str(m.size_bytes))
     _console().print(table)
+
+
+def _show_artifact(world: Any, run_id: str, manifests: list[Any], wanted: str) -> None:
+    found = [m for m in manifests if wanted in (m.artifact_ref, m.artifact_id, m.name,
+                                               f"{m.step_path}/{m.name}")]
+    if len(found) != 1:
+        names = ", ".join(sorted({f"{m.step_path}/{m.name}" for m in manifests})) or "none"
+        what = "no artifact" if not found else "more than one artifact named"
+        raise UserError(f"run {run_id} has {what} {wanted!r}; its artifacts: {names}")
+    value = world.read_artifact(found[0].artifact_ref)
+    if isinstance(value, bytes):
+        sys.stdout.buffer.write(value)  # as stored: pipe it to a file or a viewer
+        sys.stdout.buffer.flush()
+    elif isinstance(value, str):
+        click.echo(value)
+    else:
+        _dump(value)
 
 
 def _verify_damaged(data_dir: str, error: Any, as_json: bool) -> None:

@@ -120,9 +120,18 @@ def _import_file(path_text: str) -> Any:
     return module
 
 
+def _import_cli_libraries() -> None:
+    # Before the user's folder goes on sys.path: a user file named rich.py or click.py
+    # must not stand in for the CLI's own libraries when they are first imported.
+    import rich.console  # noqa: F401
+    import rich.status  # noqa: F401
+    import rich.table  # noqa: F401
+
+
 def import_target_module(module_name: str) -> Any:
     """A module named on the command line (`pkg.mod`, with the current directory on
     sys.path, or `path/to/file.py`); any failure to import it is one CliError line."""
+    _import_cli_libraries()
     if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
         return _import_file(module_name)
     if os.getcwd() not in sys.path:
