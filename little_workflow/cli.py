@@ -375,6 +375,43 @@ def replay(run_id: str, as_json: bool, world: Any) -> None:
         click.echo("output: " + json.dumps(state.output, ensure_ascii=False))
 
 
+@cli.command("replay-check")
+@click.argument("target", metavar="MODULE:WORKFLOW")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+@world_options(read_only=True)
+def replay_check(target: str, run_ids: tuple[str, ...], world: Any) -> None:
+    """Check this code against stored runs (default: every run of the workflow): each is
+    re-executed against its log calling no step (lw.replay_run). Exit 1 if one diverges.
+    (`little replay RUN_ID` shows a run's stored state instead.)"""
+    wf = _load_workflow(target)
+    if not run_ids:
+        run_ids = tuple(r for r in world.list_runs() if _workflow_of(world, r) == wf.id)
+        if not run_ids:
+            raise UserError(f"no run of workflow {wf.id!r} in {world.data_dir}")
+    diverged = 0
+    for run_id in run_ids:
+        _require_run(world, run_id)
+        try:
+            result = lw.replay_run(world, run_id, wf)
+        except lw.ReplayDivergenceError as e:
+            diverged += 1
+            click.echo(f"{run_id}: diverges at step {e.step_path!r}: "
+                       f"{str(e).split(': ', 1)[-1]}")
+            continue
+        click.echo(f"{run_id}: ok ({result.status})")
+    if diverged:
+        click.echo(f"runs diverging from this code: {diverged} of {len(run_ids)}", err=True)
+        sys.exit(1)
+
+
+def _workflow_of(world: Any, run_id: str) -> str | None:
+    try:
+        first = world.read_event(run_id, 1).payload
+    except lw.LittleWorkflowError:
+        return None
+    return first.get("workflowId") if isinstance(first, dict) else None
+
+
 @cli.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)

@@ -109,3 +109,29 @@ def json_loads(text: str):
     import json
 
     return json.loads(text)
+
+
+V1 = '''
+import little_workflow as lw
+
+
+@lw.workflow(id="pipeline")
+async def pipeline(ctx, input):
+    a = await ctx.step("fetch", lambda: 1)
+    return await ctx.step("store", lambda: a + 1)
+'''
+
+V2 = V1.replace('"fetch"', '"download"')  # a renamed step: old logs no longer fit
+
+
+def test_little_replay_check_checks_code_against_stored_runs(tmp_path):
+    (tmp_path / "flows.py").write_text(V1)
+    for run_id in ("run_a", "run_b"):
+        assert little("run", "flows:pipeline", "--run-id", run_id, cwd=tmp_path).returncode == 0
+    r = little("replay-check", "flows:pipeline", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "run_a: ok (completed)" in r.stdout and "run_b: ok (completed)" in r.stdout, r.stdout
+    (tmp_path / "flows.py").write_text(V2)
+    r = little("replay-check", "flows:pipeline", "run_a", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "run_a: diverges" in r.stdout and "download" in r.stdout and "run_b" not in r.stdout, r.stdout
