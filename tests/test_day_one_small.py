@@ -135,3 +135,38 @@ def test_little_replay_check_checks_code_against_stored_runs(tmp_path):
     r = little("replay-check", "flows:pipeline", "run_a", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "run_a: diverges" in r.stdout and "download" in r.stdout and "run_b" not in r.stdout, r.stdout
+
+
+def test_parallel_takes_retry_and_timeout_for_each_child(tmp_path):
+    attempts: dict[int, int] = {}
+
+    def flaky(i: int) -> int:
+        attempts[i] = attempts.get(i, 0) + 1
+        if attempts[i] < 2:
+            raise RuntimeError(f"child {i}: first try fails")
+        return i * 10
+
+    @lw.workflow(id="fan")
+    async def fan(ctx, input):
+        from functools import partial
+
+        return await ctx.parallel("items", [partial(flaky, i) for i in range(3)],
+                                  retry=lw.Retry(max_attempts=3, backoff=0.01), timeout=30)
+
+    world = lw.virtual_world("memory://parallel-retry")
+    assert lw.run_workflow(fan, {}, world=world, run_id="run_fan").output == [0, 10, 20]
+    state = lw.materialize_run_state(world, "run_fan")
+    assert [state.steps[f"items/{i}"].attempts for i in range(3)] == [2, 2, 2]
+
+
+def test_no_two_examples_claim_the_same_demo_number():
+    import re
+
+    claims: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "examples"))):
+        if name.endswith(".py"):
+            with open(os.path.join(ROOT, "examples", name)) as f:
+                m = re.match(r'"""(Demo \d+)', f.read())
+            if m:
+                claims.setdefault(m.group(1), []).append(name)
+    assert claims and all(len(names) == 1 for names in claims.values()), claims

@@ -347,9 +347,13 @@ class RunContext:
         path: str,
         callables: Iterable[Callable[[], Any]],
         max_concurrency: int | None = None,
+        *,
+        retry: Retry | None = None,
+        timeout: float | None = None,
     ) -> list[Any]:
         """Run each zero-argument callable as durable step `path/<index>`; results in
-        input order. A failing child cancels its siblings. The group takes no step slot."""
+        input order. `retry` and `timeout` apply to each child as in `step`. A failing
+        child (after its retries) cancels its siblings. The group takes no step slot."""
         self._claim(path)
         release_enclosing_slot()
         children = list(callables)
@@ -362,10 +366,10 @@ class RunContext:
             child_path = f"{path}/{i}"
             rec = self.log.steps.get(child_path)
             if group_slots is None or (rec is not None and rec.status != "running"):
-                results[i] = await self._step(child_path, fn, (), None, None, group_child=True)
+                results[i] = await self._step(child_path, fn, (), retry, timeout, group_child=True)
                 return
             async with group_slots:
-                results[i] = await self._step(child_path, fn, (), None, None, group_child=True)
+                results[i] = await self._step(child_path, fn, (), retry, timeout, group_child=True)
 
         group = _Group(floor=self._floor)
         token = _group.set(group)
