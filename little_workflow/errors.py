@@ -149,7 +149,8 @@ class ForkPointError(StepError):
     path included); `reason` is the problem without the hint, for a CLI to phrase its own."""
 
     def __init__(self, run_id: str, from_step: str | None, reason: str, fork_points: list[str]):
-        self.run_id, self.step_path, self.reason = run_id, from_step, reason
+        self.run_id, self.from_step, self.reason = run_id, from_step, reason
+        self.step_path = from_step or ""  # StepError's field: "" when none was asked for
         self.fork_points = fork_points
         LittleWorkflowError.__init__(self, f"run {run_id}: {reason}; pass from_step= "
                                      f"one of: {fork_point_list(fork_points)}")

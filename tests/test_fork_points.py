@@ -64,7 +64,7 @@ def test_no_failed_step_names_the_fork_points_and_from_step(flows, tmp_path):
     with pytest.raises(lw.ForkPointError) as caught:
         lw.fork_run(world, "run_src")
     e = caught.value
-    assert isinstance(e, lw.StepError) and e.run_id == "run_src" and e.step_path is None
+    assert isinstance(e, lw.StepError) and e.run_id == "run_src" and e.from_step is None
     assert e.fork_points == ["first", "chunks", "chunks/0", "chunks/1", "chunks/2"]
     assert "failed outside any step" in str(e) and "from_step=" in str(e) and "first, chunks, chunks/0" in str(e)
     assert "step '-'" not in str(e)
