@@ -277,6 +277,11 @@ def main() -> None:
             row(f"P6 {kind}, 1 ms I/O steps (steps/s at max_concurrency 8 / at 1)",
                 f"{par:.0f} vs {ser:.0f} steps/s", par / ser, "—")
 
+    if wanted("P9"):
+        p9(row)
+    if wanted("P10"):
+        p10(row)
+
     if wanted("P7"):
         p7(row)
     if wanted("P8"):
@@ -287,6 +292,51 @@ def main() -> None:
         return
     write_results(rows, started)
     chart(curves)
+
+
+def p9(row: Any) -> None:
+    """Pydantic AI durability: added cost per durable unit (model request or tool call)."""
+    from benchmarks.agents_side import lw_agent_seconds, plain_agent_seconds, units
+
+    turns = 10
+    n = units(turns)
+    print(f"P9 Pydantic AI: cost a durability capability adds per unit ({n} units: "
+          f"{turns} model requests calling a tool, then an answer; FunctionModel)")
+    plain, local, mem, dbos = [], [], [], []
+    for _ in range(max(REPS, 5)):  # interleaved, so load changes hit every side alike
+        plain.append(plain_agent_seconds(turns))
+        local.append(lw_agent_seconds(make_world("local_world"), turns))
+        mem.append(lw_agent_seconds(make_world("memory"), turns))
+        out = tempfile.mktemp(suffix=".json")
+        sub("agents_side.py", "dbos", "wal", turns, out)
+        with open(out) as f:
+            dbos.append(json.load(f)["seconds"])
+    base = median(plain)
+    lw_unit, mem_unit, dbos_unit = ((median(xs) - base) / n * 1e6 for xs in (local, mem, dbos))
+    row("P9 LittleWorkflowDurability on local_world / DBOSDurability (SQLite WAL), per unit",
+        f"{lw_unit:.0f} µs vs {dbos_unit:.0f} µs", lw_unit / dbos_unit, "≤ 0.5×")
+    row("P9 LittleWorkflowDurability on memory / DBOSDurability (SQLite WAL), per unit",
+        f"{mem_unit:.0f} µs vs {dbos_unit:.0f} µs", mem_unit / dbos_unit, "—")
+
+
+def p10(row: Any) -> None:
+    """LangGraph: per super-step cost of WorldCheckpointSaver vs LangGraph's own savers."""
+    from benchmarks.agents_side import checkpointer_per_superstep_us
+
+    k = 200
+    print(f"P10 LangGraph per super-step, one node looping {k} times, durability='sync'")
+    kinds = ("local_world", "memory", "SqliteSaver", "InMemorySaver")
+    got: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for _ in range(REPS):
+        for kind in kinds:
+            got[kind].append(checkpointer_per_superstep_us(kind, k))
+    us = {kind: median(xs) for kind, xs in got.items()}
+    row("P10 WorldCheckpointSaver on local_world / SqliteSaver (file, synchronous=FULL)",
+        f"{us['local_world']:.0f} µs vs {us['SqliteSaver']:.0f} µs",
+        us["local_world"] / us["SqliteSaver"], "—")
+    row("P10 WorldCheckpointSaver on memory / InMemorySaver",
+        f"{us['memory']:.0f} µs vs {us['InMemorySaver']:.0f} µs",
+        us["memory"] / us["InMemorySaver"], "—")
 
 
 def p7(row: Any) -> None:

@@ -37,7 +37,7 @@ from .errors import (
 from .ops.gc import GcReport, gc
 from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
 from .runtime.bash_steps import Mount, file_mount, read_only
-from .runtime.context import RunContext
+from .runtime.context import RunContext, current_run
 from .runtime.control import cancel_run, start_workflow
 from .runtime.fork import fork_run
 from .runtime.outer_loop import Continue, Done
@@ -120,6 +120,7 @@ __all__ = [
     "start_workflow",
     "testing",
     "arun_workflow",
+    "current_run",
     "current_step",
     "file_mount",
     "gc",

@@ -27,6 +27,7 @@ from .ops.cli_support import (
 )
 from .errors import failure_text, fork_point_list
 from .runtime.runner import interruptible
+from .runtime.values import stored_value
 from .world.ids import new_run_id
 from .world.verify import verify_world
 
@@ -323,7 +324,8 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
         payload = failed[-1].payload
         if isinstance(payload.get("traceback"), str):
             click.echo(payload["traceback"].rstrip("\n"))
-        click.echo(f"run failed: {failure_text(run_id, payload.get('error') or {})}")
+        error = stored_value(world, payload.get("error"))  # a long message read back
+        click.echo(f"run failed: {failure_text(run_id, error or {})}")
 
 
 @cli.command("inspect")

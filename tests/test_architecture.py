@@ -183,3 +183,22 @@ def test_no_private_names_used_across_modules():
                 if used not in defined[m] and owners.get(used):
                     problems.append(f"{m} uses {used} of {sorted(owners[used])}")
     assert problems == [], "\n".join(sorted(set(problems)))
+
+
+AGENT_FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "little_workflow.ext")
+
+
+def test_only_ext_imports_an_agent_framework():
+    """LangGraph and Pydantic AI are extras: only little_workflow/ext/ may import them,
+    and nothing outside ext imports ext (so `import little_workflow` never needs them)."""
+    problems = []
+    for module, path in product_modules().items():
+        if module.startswith("little_workflow.ext"):
+            continue
+        for node in ast.walk(ast.parse(open(path).read())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            problems += [f"{module} imports {n}" for n in names
+                         if any(n == f or n.startswith(f + ".") for f in AGENT_FRAMEWORKS)]
+    assert problems == [], problems

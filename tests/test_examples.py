@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import private_memory
 
 import little_workflow as lw
@@ -88,3 +90,23 @@ def test_little_demo_approval(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "little_workflow.cli", "demo", "nope"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "nope" in bad.stderr
+
+
+@pytest.mark.parametrize("script, answer_line", [
+    ("agent_pydantic_ai.py", "completed {'answer': 'Your order A-17 is a kettle; kettles are back in stock on Friday.', 'modelRequests': 3}"),
+    ("agent_langgraph.py", "answer: Your order A-17 is a kettle; kettles are back in stock on Friday."),
+])
+def test_agent_examples_survive_sigkill_mid_tool_call(tmp_path, script, answer_line):
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", script), str(tmp_path / "data")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "first process: killed by SIGKILL" in lines, r.stdout
+    assert answer_line in lines, r.stdout
+    # Only the interrupted tool call runs again, then the last model turn.
+    assert any(line.startswith("calls after resuming: ['tool check_stock', 'model ") for line in lines), r.stdout
+    assert lines[-1].endswith(": none"), r.stdout
+    with open(tmp_path / "data" / "calls.log") as f:
+        calls = [line.strip() for line in f]
+    assert calls.count("tool lookup_order") == 1 and calls.count("tool check_stock") == 2

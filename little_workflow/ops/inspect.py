@@ -17,6 +17,8 @@ from typing import Any
 
 import little_workflow as lw
 
+from ..runtime.values import stored_value
+
 TERMINAL_EVENTS = {"run.completed": "completed", "run.failed": "failed",
                    "run.cancelled": "cancelled"}
 # Wait events are recognized by prefix: `wait.<something>` with a stepPath opens or closes
@@ -50,6 +52,16 @@ def _payload_text(payload: Any) -> str:
     if len(text) > PAYLOAD_TEXT_LIMIT:
         text = text[:PAYLOAD_TEXT_LIMIT] + f"… ({len(text)} chars)"
     return text
+
+
+def _attempt_error(world: Any, error: Any) -> Any:
+    """A failed attempt's error as its tooltip shows it: a message the World spilled read
+    back, and bounded as an event row's text is."""
+    error = stored_value(world, error)
+    message = error.get("message") if isinstance(error, dict) else None
+    if isinstance(message, str) and len(message) > PAYLOAD_TEXT_LIMIT:
+        error["message"] = message[:PAYLOAD_TEXT_LIMIT] + f"… ({len(message)} chars)"
+    return error
 
 
 def _open_waits(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -169,6 +181,9 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
     steps = []
     for path, step_state in state.steps.items():
         spans = folded["steps"].get(path, {}).get("spans", [])
+        for span in spans:
+            if "error" in span:
+                span["error"] = _attempt_error(world, span["error"])
         steps.append({"path": path, "status": step_state.status,
                       "attempts": step_state.attempts, "spans": spans,
                       "error": _plain(step_state.error)})

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from ..errors import (
     FatalError,
@@ -37,7 +38,7 @@ from .steps import (
     reset_current,
     set_current,
 )
-from .values import to_json_value
+from .values import stored_value, to_json_value
 
 #: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
 INLINE_OUTPUT_LIMIT = 64 * 1024
@@ -52,6 +53,26 @@ class _Group:
 
 
 _group: contextvars.ContextVar[_Group | None] = contextvars.ContextVar("lw_group", default=None)
+_current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "little_workflow_current_run", default=None)
+
+
+def current_run() -> RunContext | None:
+    """The RunContext of the workflow whose code is running here, or None outside a run.
+    Set for the workflow body and everything it calls (step functions included: check
+    `lw.current_step()` to tell them apart), so a library called from a workflow (an agent
+    framework's durability hook) can make its own durable steps without being handed ctx."""
+    return _current_run.get()
+
+
+@contextlib.contextmanager
+def running(ctx: RunContext) -> Iterator[None]:
+    """Make `ctx` what current_run() returns while a workflow body runs."""
+    token = _current_run.set(ctx)
+    try:
+        yield
+    finally:
+        _current_run.reset(token)
 
 
 class RunContext:
@@ -210,10 +231,8 @@ class RunContext:
 
     def _served(self, rec: StepRecord) -> Any:
         if rec.status == "failed":
-            raise StepFailedError(self.run_id, rec.path, thaw(rec.error) or {})
-        if rec.output_ref:
-            return self.world.read_artifact(rec.output_ref)
-        return thaw(rec.output)
+            raise StepFailedError(self.run_id, rec.path, stored_value(self.world, rec.error) or {})
+        return stored_value(self.world, rec.output, rec.output_ref)
 
     def _replayed(self, path: str, rec: StepRecord | None) -> Any:
         if rec is None or rec.status == "running":

@@ -82,6 +82,10 @@ def _republish(world: Any, value: Any, fork_id: str, copied: Any) -> Any:
         if value not in copied.copied:
             manifest = copied.manifest(value)
             data = world.read_artifact(value)  # raises ArtifactNotFoundError when gone
+            if manifest.encoding == "json":
+                # A spilled part may hold refs of its own (a dict that gave up members,
+                # then was given up by its parent): the fork owns those too.
+                data = _republish(world, data, fork_id, copied)
             new = world.write_artifact(fork_id, manifest.step_path, manifest.name, data,
                                        content_type=manifest.content_type,
                                        encoding=manifest.encoding)

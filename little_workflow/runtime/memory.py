@@ -16,6 +16,7 @@ from ..errors import ReplayDivergenceError
 from ..world.ids import canonical_json, sha256_hex
 from ..world.memory_store import MemoryStore
 from .steps import current_step_or_none, error_record
+from .values import stored_value
 
 
 def pipeline_key(definition_hashes: list[str]) -> str:
@@ -70,7 +71,7 @@ class MemoryReads:
         self._counts[path] = index + 1
         recorded = ctx.log.memory_reads.get((self.scope, path, index))
         if recorded is not None:
-            return _decode(ctx.world.resolve_refs(dict(recorded)))
+            return _decode(stored_value(ctx.world, recorded))
         if ctx.replaying:
             raise ReplayDivergenceError(ctx.run_id, f"memory {self.scope}/{path}",
                                         "the code reads memory the log holds no record of")

@@ -19,9 +19,9 @@ from pydantic.alias_generators import to_camel
 
 from ..errors import InputMismatchError, RunLockedError, WorkflowFailedError
 from ..world.ids import content_hash, sha256_hex, validate_name
-from ..world.models import thaw
 from .runner import arun_single, input_json, offload
 from .state import RunResult
+from .values import stored_value
 from .workflow import Workflow
 
 
@@ -129,7 +129,7 @@ async def arun_outer_loop(
             run_id = manifest.get("pendingCycleRunId") or _cycle_run_id(outer_loop_id, number)
             events = await offload(world, world.list_events, run_id)
             if events and events[0].type == "run.created":
-                cycle_input = world.resolve_refs(thaw(events[0].payload.get("input")))  # a cycle already started
+                cycle_input = stored_value(world, events[0].payload.get("input"))  # a cycle already started
             elif number == 1:
                 cycle_input = value
             elif next_input is not _UNSET:
@@ -139,7 +139,7 @@ async def arun_outer_loop(
                 # run was created: ask the (deterministic) supervisor again.
                 prev = cycles[-1]
                 prev_events = await offload(world, world.list_events, prev["runId"])
-                prev_input = (world.resolve_refs(thaw(prev_events[0].payload.get("input")))
+                prev_input = (stored_value(world, prev_events[0].payload.get("input"))
                               if prev_events else None)
                 decision = await _decide(supervise, {**prev, "input": prev_input}, cycles[:-1])
                 cycle_input = decision.next_input if isinstance(decision, Continue) else value

@@ -13,8 +13,8 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import ReplayDivergenceError, StepFailedError, UnknownWorkflowError
 from ..world.ids import canonical_json, sha256_hex
-from ..world.models import thaw
 from .steps import error_record
+from .values import stored_value
 from .workflow import Workflow
 
 
@@ -46,7 +46,7 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
     call_path = f"call-{index}-{name}"
     recorded = ctx.log.sub_runs.get(call_path)
     if recorded is not None and recorded.get("status") == "succeeded":
-        return ctx.world.resolve_refs(thaw((recorded.get("result") or {}).get("output")))
+        return (stored_value(ctx.world, recorded.get("result")) or {}).get("output")
     if ctx.replaying:
         raise ReplayDivergenceError(ctx.run_id, call_path, "the log holds no finished sub-run here")
     sub_run_id = (recorded or {}).get("subRunId") or (

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from ..world.ids import content_hash, validate_name
-from ..world.models import thaw
+from .values import stored_value
 
 PLANS_DIR = "planner-reuse"
 
@@ -55,7 +55,7 @@ class Plans:
         ctx = self._ctx
         recorded = ctx.log.plans_reused.get(name)
         if recorded is not None:
-            return ctx.world.resolve_refs(thaw(recorded.get("plan")))
+            return stored_value(ctx.world, recorded.get("plan"))
         if ctx.replaying:
             return None
         source, plan = self._newest(name)

@@ -7,6 +7,7 @@ its context (`run_child`), so nothing here imports the features built on top."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import threading
 import traceback
@@ -29,10 +30,11 @@ from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
 from .active_index import mark_active
-from .context import INLINE_OUTPUT_LIMIT, RunContext
+from .context import INLINE_OUTPUT_LIMIT, RunContext, running
 from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
+from .values import stored_value
 from .workflow import Workflow
 
 T = TypeVar("T")
@@ -157,7 +159,8 @@ async def _run_locked(
         if log.status == "completed":
             return _result(world, log, wf)
         if log.status == "failed":
-            raise WorkflowFailedError(run_id, None, thaw(log.error) or {}, log.traceback)
+            raise WorkflowFailedError(run_id, None, stored_value(world, log.error) or {},
+                                      log.traceback)
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
@@ -167,7 +170,8 @@ async def _run_locked(
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     ctx.watch = RunWatch(ctx).start()
     try:
-        output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
+        with running(ctx):
+            output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
@@ -242,7 +246,7 @@ def to_output_json(value: Any, run_id: str) -> Any:
 
 
 def _result(world: Any, log: RunLog, wf: Workflow | None) -> RunResult:
-    output = world.read_artifact(log.output_ref) if log.output_ref else thaw(log.output)
+    output = stored_value(world, log.output, log.output_ref)
     created = log.created or {}
     return RunResult(
         run_id=log.run_id, status=log.status, output=output,
@@ -254,7 +258,7 @@ def materialize_run_state(world: Any, run_id: str) -> RunState:
     """Fold a run's events into its state (status, steps, output)."""
     validate_run_id(run_id)
     events = world.list_events(run_id)
-    return materialize(RunLog.fold(run_id, events), world.read_artifact, world.resolve_refs)
+    return materialize(RunLog.fold(run_id, events), functools.partial(stored_value, world))
 
 
 async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
@@ -263,13 +267,14 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
     log = RunLog.fold(run_id, events)
     if log.created is None:
         raise ReplayDivergenceError(run_id, "-", "the log holds no run.created event")
-    input = world.resolve_refs(thaw(log.created.get("input")))
+    input = stored_value(world, log.created.get("input"))
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      mode="replay", run_child=arun_single)
     from .waiting import RunSuspended
 
     try:
-        output = await wf.fn(ctx, input)
+        with running(ctx):
+            output = await wf.fn(ctx, input)
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):

@@ -15,8 +15,9 @@ from typing import Any
 from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, StepError
 from ..world.clock import from_iso, to_iso
 from ..world.ids import validate_run_id
-from ..world.models import Event, thaw
+from ..world.models import Event
 from .state import TERMINAL_STATUSES, RunLog
+from .values import stored_value
 from .waiting import RunSuspended, notify_run
 
 
@@ -31,12 +32,13 @@ def pick_signal(log: RunLog, name: str, before: int | None = None) -> tuple[int,
     return None
 
 
-def signal_payload(log: RunLog, sequence: int | None) -> Any:
+def signal_payload(ctx: Any, sequence: int | None) -> Any:
+    """What the event at `sequence` carried, read back as it was sent."""
     if sequence is None:
         return None
-    for seq, _, payload in log.signals:
+    for seq, _, payload in ctx.log.signals:
         if seq == sequence:
-            return thaw(payload)
+            return stored_value(ctx.world, payload)
     return None
 
 
@@ -57,9 +59,9 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
             raise ReplayDivergenceError(ctx.run_id, path, "the code waits where the log holds no wait")
         if not rec.get("completed"):
             raise RunSuspended(ctx.run_id, waiting_for(path, rec))
-        return signal_payload(log, rec.get("signalSequence"))
+        return signal_payload(ctx, rec.get("signalSequence"))
     if rec is not None and rec.get("completed"):
-        return signal_payload(log, rec.get("signalSequence"))
+        return signal_payload(ctx, rec.get("signalSequence"))
     clock = ctx.world.clock
     watch = ctx.watch
     if rec is None:
@@ -97,7 +99,7 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
 async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None) -> Any:
     sequence = hit[0] if hit is not None else None
     await ctx.append("wait.completed", {"stepPath": path, "name": name, "signalSequence": sequence})
-    return thaw(hit[1]) if hit is not None else None
+    return stored_value(ctx.world, hit[1]) if hit is not None else None
 
 
 def send_event(

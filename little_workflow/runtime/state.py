@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from ..world.models import Event, thaw
+from ..world.models import Event
 
 RunStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled", "unknown"]
 TERMINAL_STATUSES = ("completed", "failed", "cancelled")
@@ -248,21 +248,19 @@ class RunResult(_Model):
     waiting: dict[str, Any] | None = None
 
 
-def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> RunState:
-    def resolve(value: Any, ref: str | None) -> Any:
-        if ref:
-            return read_artifact(ref)
-        return resolve_refs(thaw(value)) if resolve_refs else thaw(value)
-
+def materialize(log: RunLog, read_value: Callable[..., Any]) -> RunState:
+    """The run's state; `read_value(value, ref=None)` reads a logged value back as the
+    run produced it (`values.stored_value` bound to the World)."""
+    resolve = read_value
     created = log.created or {}
     return RunState(
         run_id=log.run_id,
         status=log.status,
         workflow_id=created.get("workflowId"),
         workflow_version_id=created.get("workflowVersionId"),
-        input=resolve(created.get("input"), None),
+        input=resolve(created.get("input")),
         output=resolve(log.output, log.output_ref),
-        error=thaw(log.error),
+        error=resolve(log.error),
         steps={
             path: StepState(
                 step_path=path,
@@ -270,7 +268,7 @@ def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> Ru
                 attempts=rec.attempts,
                 output=resolve(rec.output, rec.output_ref) if rec.status == "succeeded" else None,
                 output_ref=rec.output_ref,
-                error=thaw(rec.error),
+                error=resolve(rec.error),
             )
             for path, rec in log.steps.items()
         },
@@ -279,7 +277,7 @@ def materialize(log: RunLog, read_artifact: Any, resolve_refs: Any = None) -> Ru
         created_at=log.first_created_at,
         updated_at=log.last_created_at,
         waiting=waiting_info(log),
-        forked_from=thaw(created.get("forkedFrom")),
+        forked_from=resolve(created.get("forkedFrom")),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ..errors import NotInStepError
 from ..world.ids import canonical_json, request_digest, sha256_hex
 from ..world.models import thaw
+from .values import stored_value
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class StepInfo:
         if inspect.iscoroutinefunction(fn):
             async def run_async() -> Any:
                 if recorded is not None:
-                    return ctx.world.resolve_refs(thaw(recorded.get("result")))
+                    return stored_value(ctx.world, recorded.get("result"))
                 started()
                 try:
                     result = await fn(request)
@@ -138,7 +139,7 @@ class StepInfo:
 
             return run_async()
         if recorded is not None:
-            return ctx.world.resolve_refs(thaw(recorded.get("result")))
+            return stored_value(ctx.world, recorded.get("result"))
         started()
         try:
             result = fn(request)

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import ClockStalledError, ReplayDivergenceError, StepError
 from ..world.clock import from_iso, to_epoch, to_iso
 from .waiting import RunSuspended
+from .values import stored_value
 
 
 def _check_cancel(ctx: Any) -> None:
@@ -76,7 +77,7 @@ def recorded_value(ctx: Any, kind: str, make: Any) -> Any:
     counters[kind] = index + 1
     key = f"{kind}/{index}"
     if key in ctx.log.values:
-        return ctx.log.values[key]
+        return stored_value(ctx.world, ctx.log.values[key])
     if ctx.replaying:
         raise ReplayDivergenceError(ctx.run_id, key, f"the log holds no recorded {kind} value here")
     value = make()

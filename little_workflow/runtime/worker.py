@@ -20,11 +20,11 @@ from typing import Any, Iterable
 
 from ..errors import LittleWorkflowError, RunLockedError
 from ..world.clock import from_iso
-from ..world.models import thaw
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .loops import own
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
+from .values import stored_value
 from .waiting import WAIT_POLL_SECONDS, listen, unlisten
 from .workflow import Workflow
 
@@ -166,10 +166,7 @@ class Worker:
     # ---- executing --------------------------------------------------------------------
 
     def _input(self, run_log: RunLog) -> Any:
-        created = run_log.created or {}
-        if created.get("inputRef"):
-            return self.world.read_artifact(created["inputRef"])
-        return thaw(created.get("input"))
+        return stored_value(self.world, (run_log.created or {}).get("input"))
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         # One event loop per pool thread, kept across runs: a fresh loop per run

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import (
     DocumentCorruptError,
@@ -47,6 +47,8 @@ from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
 #: referenced as `{"$ref": "artifact://…"}` (DESIGN §10: bounded events).
 INLINE_LIMIT = 64 * 1024
 REF_KEY = "$ref"
+#: Bytes of a spilled value's stand-in, `{"$ref":"artifact://art_<16 hex>"}`.
+REF_SIZE = len('{"$ref":"artifact://art_0123456789abcdef"}')
 #: Terminal events: nothing is appended after them, except the outer loop's record.
 AFTER_END_ALLOWED = frozenset({"outer_loop.cycle_completed"})
 
@@ -255,7 +257,7 @@ class World:
             raise EventPayloadError(run_id, type, str(e)) from None
         except RecursionError:
             raise EventPayloadError(run_id, type, "it is nested too deeply to store") from None
-        if len(payload_json) > INLINE_LIMIT:
+        if json_size(payload_json) > INLINE_LIMIT:
             frozen = self._spill(run_id, type, frozen)
             payload_json = canonical_json(frozen)
             refs = set()
@@ -355,21 +357,26 @@ class World:
 
     def _spill(self, run_id: str, type_: str, value: Any, pointer: str = "") -> Any:
         """Move every value larger than INLINE_LIMIT into an artifact, innermost first;
-        a dict still too large then gives up its largest members. Deterministic, so a
-        repeated append (same idempotency key) stores the same payload."""
-        size = len(canonical_json(value))
+        a dict still too large then gives up its largest members, and is given up whole
+        when what is left is members no larger than a reference (thousands of small
+        ones). The payload itself is never given up whole: its keys are the event's
+        (`stepPath`, `name`…) and every caller's value lives one level down.
+        Deterministic, so a repeated append (same idempotency key) stores the same payload."""
+        size = json_size(canonical_json(value))
         if size <= INLINE_LIMIT:
             return value
         if isinstance(value, dict) and not _is_ref(value):
             out = {k: self._spill(run_id, type_, v, f"{pointer}/{k}") for k, v in value.items()}
-            sizes = sorted(((len(canonical_json(v)), k) for k, v in out.items() if not _is_ref(v)),
-                           reverse=True)
-            total = len(canonical_json(out))
+            sizes = sorted(((json_size(canonical_json(v)), k) for k, v in out.items()
+                            if not _is_ref(v)), reverse=True)
+            total = json_size(canonical_json(out))
             for member_size, k in sizes:
-                if total <= INLINE_LIMIT:
+                if total <= INLINE_LIMIT or member_size <= REF_SIZE:
                     break
                 out[k] = self._stored_ref(run_id, type_, out[k], f"{pointer}/{k}")
-                total -= member_size
+                total += REF_SIZE - member_size
+            if total > INLINE_LIMIT and pointer:
+                return self._stored_ref(run_id, type_, out, pointer)
             return FrozenDict(out)
         return self._stored_ref(run_id, type_, value, pointer)
 
@@ -380,14 +387,9 @@ class World:
         return FrozenDict({REF_KEY: manifest.artifact_ref})
 
     def resolve_refs(self, value: Any) -> Any:
-        """A payload value with every spilled `{"$ref": "artifact://…"}` read back."""
-        if isinstance(value, dict):
-            if _is_ref(value):
-                return self.read_artifact(value[REF_KEY])
-            return {k: self.resolve_refs(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.resolve_refs(v) for v in value]
-        return value
+        """A plain copy of a payload value with every spilled `{"$ref": "artifact://…"}`
+        read back (see `read_back`)."""
+        return read_back(value, self.read_artifact)
 
     def _receipt(self, run_id: str, ledger: RunLedger, key: str, digest: str) -> Event | None:
         hit = ledger.receipts.get(key)
@@ -651,6 +653,45 @@ def _document_bytes(doc: Any) -> bytes:
     return json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
 
 
+def json_size(text: str) -> int:
+    """Bytes of `text` in UTF-8, exact where it matters against INLINE_LIMIT: a text short
+    enough that even four bytes a character stay under the limit (nearly every payload)
+    is measured by its length, with no encoding."""
+    n = len(text)
+    if 4 * n <= INLINE_LIMIT or text.isascii():
+        return n
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def spilled_ref(value: Any) -> str | None:
+    """The artifact ref when `value` is the stand-in of a spilled value,
+    `{"$ref": "artifact://…"}`; None for anything else."""
+    if isinstance(value, dict) and len(value) == 1:
+        ref = value.get(REF_KEY)
+        if isinstance(ref, str) and ref.startswith(ARTIFACT_REF_PREFIX):
+            return ref
+    return None
+
+
 def _is_ref(value: Any) -> bool:
-    return (isinstance(value, dict) and len(value) == 1 and isinstance(value.get(REF_KEY), str)
-            and value[REF_KEY].startswith(ARTIFACT_REF_PREFIX))
+    return spilled_ref(value) is not None
+
+
+def read_back(value: Any, read_artifact: Callable[[str], Any]) -> Any:
+    """A plain (mutable) copy of a payload value as it was appended: every spilled part
+    read back through `read_artifact`, also parts spilled inside a spilled part (a dict
+    that gave up members, then was given up by its parent). One walk, as `thaw` makes:
+    a value with nothing spilled costs its copy and no read (measured: as `thaw`)."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            if len(value) == 1 and REF_KEY in value:
+                ref = spilled_ref(value)
+                if ref is not None:
+                    return walk(read_artifact(ref))
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(value)

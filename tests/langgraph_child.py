@@ -1,0 +1,104 @@
+"""A LangGraph graph run by a child process over a local_world (tests/test_ext_langgraph.py).
+
+python langgraph_child.py DATA_DIR LOG_FILE THREAD start|resume|resume-kill|continue
+prints the graph's result (or its interrupt) as one JSON line. Every node appends its
+name to LOG_FILE, so the parent sees which nodes ran in which process.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import signal
+import sys
+from typing import Annotated, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+import little_workflow as lw
+from little_workflow.ext.langgraph import WorldCheckpointSaver
+
+
+class State(TypedDict, total=False):
+    topic: str
+    notes: Annotated[list[str], operator.add]
+    answer: str
+
+
+class Review(TypedDict, total=False):
+    # The subgraphs' own schema: they share topic and answer with the parent, not notes.
+    topic: str
+    answer: str
+
+
+def logged(name: str):
+    def note() -> None:
+        with open(LOG, "a") as f:
+            f.write(name + "\n")
+    return note
+
+
+def research(state: State) -> State:
+    logged("research")()
+    return {"notes": [f"researched {state['topic']}"]}
+
+
+def ask_human(state: Review) -> Review:
+    logged("ask_human")()
+    reply = interrupt({"question": f"approve {state['topic']}?"})
+    return {"answer": reply}
+
+
+def write(state: State) -> State:
+    logged("write")()
+    if MODE == "resume-kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash mid-node: nothing of it is committed
+    return {"notes": [f"wrote about {state['topic']}"]}
+
+
+def build():
+    # Interrupt two subgraphs deep: namespaces like "outer:<id>|inner:<id>".
+    inner = StateGraph(Review)
+    inner.add_node("ask_human", ask_human)
+    inner.add_edge(START, "ask_human")
+    inner.add_edge("ask_human", END)
+    middle = StateGraph(Review)
+    middle.add_node("inner", inner.compile())
+    middle.add_edge(START, "inner")
+    middle.add_edge("inner", END)
+    top = StateGraph(State)
+    top.add_node("research", research)
+    top.add_node("review", middle.compile())
+    top.add_node("write", write)
+    top.add_edge(START, "research")
+    top.add_edge("research", "review")
+    top.add_edge("review", "write")
+    top.add_edge("write", END)
+    return top
+
+
+def main() -> None:
+    data_dir, thread = sys.argv[1], sys.argv[3]
+    world = lw.local_world(data_dir)
+    graph = build().compile(checkpointer=WorldCheckpointSaver(world))
+    config = {"configurable": {"thread_id": thread}}
+    if MODE == "start":
+        out = graph.invoke({"topic": "otters"}, config, durability=DURABILITY)
+    elif MODE in ("resume", "resume-kill"):
+        out = graph.invoke(Command(resume="yes"), config, durability=DURABILITY)
+    else:  # continue after a crash: no new input, LangGraph resumes from the checkpoint
+        out = graph.invoke(None, config, durability=DURABILITY)
+    interrupts = [i.value for i in out.get("__interrupt__", [])]
+    print(json.dumps({"notes": out.get("notes"), "answer": out.get("answer"),
+                      "interrupts": interrupts}))
+
+
+LOG = sys.argv[2] if len(sys.argv) > 2 else os.devnull
+MODE = sys.argv[4] if len(sys.argv) > 4 else "start"
+# Each step's checkpoint stored before the next step starts: a SIGKILL loses no finished step.
+DURABILITY = "sync"
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,526 @@
+"""LittleWorkflowDurability: an agent's model requests and tool calls are durable steps of
+the enclosing run. FunctionModel / TestModel only (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent, ModelRetry  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai.models.test import TestModel  # noqa: E402
+
+import little_workflow as lw  # noqa: E402
+from little_workflow.ext.pydantic_ai import STEP_PREFIX, LittleWorkflowDurability  # noqa: E402
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.model = 0
+        self.tools: list[str] = []
+
+
+def weather_agent(counter: Counter, name: str = "forecaster", **capability: Any) -> Agent:
+    async def stream_fn(messages: list, info: AgentInfo) -> Any:
+        from pydantic_ai.models.function import DeltaToolCall
+
+        response = model_fn(messages, info)
+        for i, part in enumerate(response.parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            else:
+                yield {i: DeltaToolCall(name=part.tool_name, json_args=json.dumps(part.args),
+                                        tool_call_id=part.tool_call_id)}
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        counter.model += 1
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart("forecast: " + "; ".join(sorted(str(p.content) for p in returns)))])
+        return ModelResponse(parts=[ToolCallPart("weather", {"city": "Paris"}, tool_call_id="c1"),
+                                    ToolCallPart("weather", {"city": "Oslo"}, tool_call_id="c2")])
+
+    agent = Agent(FunctionModel(model_fn, stream_function=stream_fn), name=name,
+                  capabilities=[LittleWorkflowDurability(**capability)])
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        counter.tools.append(city)
+        return f"sunny in {city}"
+
+    return agent
+
+
+def unit_paths(world: Any, run_id: str) -> list[str]:
+    return [e.payload["stepPath"] for e in world.list_events(run_id)
+            if e.type == "step.succeeded" and e.payload["stepPath"].startswith(STEP_PREFIX + "/")]
+
+
+def test_run_makes_every_model_request_and_tool_call_a_step(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    @lw.workflow(id="ask")
+    async def ask(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run(input["q"])
+        return {"output": result.output, "requests": result.usage.requests, "runId": result.run_id}
+
+    res = lw.run_workflow(ask, {"q": "weather?"}, world=lw_world, run_id="run_a1")
+    assert res.output["output"] == "forecast: sunny in Oslo; sunny in Paris"
+    assert counter.model == 2 and sorted(counter.tools) == ["Oslo", "Paris"]
+    paths = unit_paths(lw_world, "run_a1")
+    agent_run = res.output["runId"]
+    # Keyed by agent run id and run step, tool calls by their tool-call id.
+    assert len(paths) == 4 and all(p.startswith(f"{STEP_PREFIX}/{agent_run}/") for p in paths)
+    assert sorted(p.rsplit("/", 1)[-1] for p in paths if "call_tool" in p) == ["c1", "c2"]
+    assert [p.split("/")[2] for p in paths if "model.request" in p] == ["1", "2"]
+    # The same run again returns its result; replay re-executes the body calling nothing.
+    assert lw.run_workflow(ask, {"q": "weather?"}, world=lw_world, run_id="run_a1").output == res.output
+    assert lw.replay_run(lw_world, "run_a1", ask).output == res.output
+    assert counter.model == 2 and len(counter.tools) == 2
+
+
+def test_outside_a_workflow_the_agent_runs_as_usual(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+    assert agent.run_sync("weather?").output == "forecast: sunny in Oslo; sunny in Paris"
+    assert asyncio.run(agent.run("weather?")).output.startswith("forecast:")
+    assert counter.model == 4 and lw_world.list_runs() == []
+    assert lw.current_run() is None
+
+
+def test_inside_a_step_function_the_step_is_the_durable_unit(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    async def ask(q: str) -> str:
+        assert lw.current_run() is not None  # the run is known, but this is a step
+        return (await agent.run(q)).output
+
+    @lw.workflow(id="in-step")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        assert lw.current_run() is ctx
+        return {"answer": await ctx.step("ask", ask, input["q"])}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_step1")
+    assert res.output == {"answer": "forecast: sunny in Oslo; sunny in Paris"}
+    assert unit_paths(lw_world, "run_step1") == []  # one step, "ask"
+
+
+def test_iter_and_run_stream_are_durable_too(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    @lw.workflow(id="iter")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        nodes = []
+        async with agent.iter(input["q"]) as run:
+            async for node in run:
+                nodes.append(type(node).__name__)
+        return {"output": run.result.output, "nodes": nodes}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_it1")
+    assert res.output["output"] == "forecast: sunny in Oslo; sunny in Paris"
+    assert len(unit_paths(lw_world, "run_it1")) == 4
+    assert lw.replay_run(lw_world, "run_it1", wf).output == res.output
+    assert counter.model == 2
+
+
+def test_model_retry_from_a_tool_is_recorded_and_not_repeated(lw_world: Any) -> None:
+    attempts: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        # A tool's ModelRetry comes back as a tool return marked as a retry.
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns and not returns[-1].retry:
+            return ModelResponse(parts=[TextPart(f"got {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("lookup", {"key": "k"}, tool_call_id=f"t{len(returns)}")])
+
+    agent = Agent(FunctionModel(model_fn), name="retrier", capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ModelRetry("not yet, try again")
+        return "value"
+
+    @lw.workflow(id="retry")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("go")).output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_r1")
+    assert res.output == {"output": "got value"} and len(attempts) == 2
+    assert lw.replay_run(lw_world, "run_r1", wf).output == res.output
+    assert len(attempts) == 2
+
+
+def test_two_concurrent_agent_runs_keep_their_own_results(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter)
+
+    @lw.workflow(id="two")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        a, b = await asyncio.gather(agent.run("first"), agent.run("second"))
+        return {"a": a.run_id, "b": b.run_id, "out": [a.output, b.output]}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_two")
+    assert res.output["a"] != res.output["b"]
+    paths = unit_paths(lw_world, "run_two")
+    assert len(paths) == 8
+    assert {p.split("/")[1] for p in paths} == {res.output["a"], res.output["b"]}
+    assert lw.replay_run(lw_world, "run_two", wf).output == res.output
+
+
+def test_an_error_in_a_tool_keeps_its_type_and_the_run_fails(lw_world: Any) -> None:
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("explode", {}, tool_call_id="x1")])
+
+    agent = Agent(FunctionModel(model_fn), name="exploder", capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def explode() -> str:
+        raise KeyError("no such thing")
+
+    seen: list[type] = []
+
+    @lw.workflow(id="explode")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        try:
+            await agent.run("go")
+        except Exception as e:
+            seen.append(type(e))
+            raise
+        return {}
+
+    with pytest.raises(lw.WorkflowFailedError):
+        lw.run_workflow(wf, {}, world=lw_world, run_id="run_x1")
+    assert seen == [KeyError]
+    failed = [e for e in lw_world.list_events("run_x1") if e.type == "step.failed"]
+    assert len(failed) == 1 and "KeyError" in json.dumps(failed[0].payload["error"])
+
+
+def test_test_model_agent_with_structured_output(lw_world: Any) -> None:
+    agent = Agent(TestModel(), name="tm", output_type=dict, capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def double(x: int) -> int:
+        return 2 * x
+
+    @lw.workflow(id="tm")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("go")
+        return {"output": result.output, "requests": result.usage.requests}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_tm1")
+    assert res.output["requests"] >= 2
+    assert lw.replay_run(lw_world, "run_tm1", wf).output == res.output
+
+
+# ---- SIGKILL at each boundary -------------------------------------------------------
+
+
+def run_child(data: str, ledger: str, run_id: str, kill_at: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, os.path.join(TESTS, "pydantic_ai_child.py"),
+                           data, ledger, run_id, kill_at],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def ledger(path: str) -> list[str]:
+    with open(path) as f:
+        return sorted(line.strip() for line in f if line.strip())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: Any) -> dict:
+    tmp = tmp_path_factory.mktemp("clean")
+    done = run_child(str(tmp / "data"), str(tmp / "ledger"), "run_clean", "none")
+    assert done.returncode == 0, done.stderr
+    assert ledger(str(tmp / "ledger")) == ["model1", "model2", "tool-c1", "tool-c2"]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("kill_at, calls", [
+    # killed inside the first tool: the model request was committed, no tool was
+    ("tool", ["model1", "model2", "tool-c1", "tool-c1", "tool-c2"]),
+    # killed inside the second model request: both tool results were committed
+    ("model2", ["model1", "model2", "model2", "tool-c1", "tool-c2"]),
+    # killed inside tool c2 once c1 was committed: only c2 runs again
+    ("parallel", ["model1", "model2", "tool-c1", "tool-c2", "tool-c2"]),
+])
+def test_sigkill_then_resume_calls_nothing_committed_again(
+        kill_at: str, calls: list[str], uninterrupted: dict, tmp_path: Any) -> None:
+    data, led = str(tmp_path / "data"), str(tmp_path / "ledger")
+    killed = run_child(data, led, "run_k1", kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = run_child(data, led, "run_k1", "none")
+    assert resumed.returncode == 0, resumed.stderr
+    assert ledger(led) == sorted(calls)
+    out = json.loads(resumed.stdout)
+    # Output and usage equal an uninterrupted run's (the agent run id is the run's own).
+    assert {k: v for k, v in out.items() if k != "runId"} == \
+        {k: v for k, v in uninterrupted.items() if k != "runId"}
+    # Replaying the log in a fresh process re-executes the body calling nothing.
+    replayed = run_child(data, led, "run_k1", "replay")
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout) == out and ledger(led) == sorted(calls)
+
+
+def test_deferred_tool_approval_suspends_the_run_until_send_event(lw_world: Any) -> None:
+    from pydantic_ai import DeferredToolRequests
+
+    from little_workflow.ext.pydantic_ai import wait_for_approvals
+
+    deleted: list[str] = []
+    model_calls: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        model_calls.append(1)
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"done: {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("delete_file", {"name": "a.txt"}, tool_call_id="d1")])
+
+    agent = Agent(FunctionModel(model_fn), name="janitor", output_type=[str, DeferredToolRequests],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(name: str) -> str:
+        deleted.append(name)
+        return f"deleted {name}"
+
+    @lw.workflow(id="janitor")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("clean up")
+        if isinstance(result.output, DeferredToolRequests):
+            decisions = await wait_for_approvals(ctx, "approve", result.output)
+            result = await agent.run(message_history=result.all_messages(),
+                                     deferred_tool_results=decisions)
+        return {"output": result.output}
+
+    first = lw.run_workflow(wf, {}, world=lw_world, run_id="run_j1", suspend=True)
+    assert first.status == "waiting" and first.waiting["name"] == "approval"
+    assert deleted == [] and len(model_calls) == 1
+    lw.send_event(lw_world, "run_j1", "approval", {"approvals": {"d1": True}})
+    done = lw.run_workflow(wf, {}, world=lw_world, run_id="run_j1", suspend=True)
+    assert done.status == "completed" and done.output == {"output": "done: deleted a.txt"}
+    # The first agent run was served from the log on resume: one model call before, one after.
+    assert deleted == ["a.txt"] and len(model_calls) == 2
+    assert lw.replay_run(lw_world, "run_j1", wf).output == done.output
+
+
+def test_denied_tool_call_is_not_run(lw_world: Any) -> None:
+    from pydantic_ai import DeferredToolRequests
+
+    from little_workflow.ext.pydantic_ai import wait_for_approvals
+
+    deleted: list[str] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"result: {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("delete_file", {"name": "b.txt"}, tool_call_id="d2")])
+
+    agent = Agent(FunctionModel(model_fn), name="janitor2", output_type=[str, DeferredToolRequests],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(name: str) -> str:
+        deleted.append(name)
+        return f"deleted {name}"
+
+    @lw.workflow(id="janitor2")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("clean up")
+        decisions = await wait_for_approvals(ctx, "approve", result.output)
+        result = await agent.run(message_history=result.all_messages(), deferred_tool_results=decisions)
+        return {"output": result.output}
+
+    lw.send_event(lw_world, lw.start_workflow(wf, {}, world=lw_world, run_id="run_j2"), "approval",
+                  {"approvals": {"d2": "not that file"}})
+    done = lw.run_workflow(wf, {}, world=lw_world, run_id="run_j2")
+    assert deleted == [] and done.output == {"output": "result: not that file"}
+
+
+def test_run_stream_and_an_event_stream_handler_are_durable(lw_world: Any) -> None:
+    counter = Counter()
+    seen: list[str] = []
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for event in events:
+            seen.append(type(event).__name__)
+
+    agent = weather_agent(counter, name="streamer", event_stream_handler=handler)
+
+    @lw.workflow(id="stream")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        async with agent.run_stream(input["q"]) as run:
+            output = await run.get_output()
+        return {"output": output}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_st1")
+    assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris"}
+    paths = unit_paths(lw_world, "run_st1")
+    assert any("request_stream" in p for p in paths), paths
+    events = [p for p in paths if "/events/" in p]
+    assert events, paths   # tool events handled in their own steps
+    handled = list(seen)
+    assert lw.replay_run(lw_world, "run_st1", wf).output == res.output
+    assert counter.model == 2 and len(counter.tools) == 2
+    assert handled.count("FunctionToolCallEvent") == 2 and handled.count("FunctionToolResultEvent") == 2
+    # Replay serves the handler's steps (and the model request streamed inside its step)
+    # from the log: the handler is not called again.
+    assert seen == handled
+
+
+def test_a_registered_model_can_be_selected_inside_a_workflow(lw_world: Any) -> None:
+    def other_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("from the other model")])
+
+    other = FunctionModel(other_fn)
+    counter = Counter()
+    agent = weather_agent(counter, name="selector", models={"other": other})
+
+    @lw.workflow(id="select")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        a = await agent.run("weather?")
+        b = await agent.run("anything", model=other)
+        return {"a": a.output, "b": b.output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_sel1")
+    assert res.output == {"a": "forecast: sunny in Oslo; sunny in Paris", "b": "from the other model"}
+    assert any("model.request.other" in p for p in unit_paths(lw_world, "run_sel1"))
+    assert lw.replay_run(lw_world, "run_sel1", wf).output == res.output
+
+
+def test_tool_retry_is_an_lw_retry_of_the_tool_step(lw_world: Any) -> None:
+    calls: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"got {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("flaky", {}, tool_call_id="f1")])
+
+    agent = Agent(FunctionModel(model_fn), name="flaky_agent",
+                  capabilities=[LittleWorkflowDurability(tool_retry=lw.Retry(max_attempts=3, backoff=0))])
+
+    @agent.tool_plain
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("try again")
+        return "ok"
+
+    @lw.workflow(id="flaky")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("go")).output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_f1")
+    assert res.output == {"output": "got ok"} and len(calls) == 3
+    state = lw.materialize_run_state(lw_world, "run_f1")
+    tool_step = next(s for p, s in state.steps.items() if p.endswith("/f1"))
+    assert tool_step.attempts == 3
+
+
+def test_sigkill_while_waiting_for_approval_then_approve_and_resume(tmp_path: Any) -> None:
+    import time
+
+    data, led = str(tmp_path / "data"), str(tmp_path / "ledger")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, os.path.join(TESTS, "pydantic_ai_approval_child.py"), data, led, "run_ap1"]
+    waiting = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:  # until the run waits for the approval
+            if os.path.exists(data):
+                with lw.local_world(data) as world:
+                    if "run_ap1" in world.list_runs() and \
+                            lw.materialize_run_state(world, "run_ap1").status == "waiting":
+                        break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the run never waited for its approval")
+    finally:
+        waiting.send_signal(signal.SIGKILL)
+        waiting.wait(30)
+    assert waiting.returncode == -signal.SIGKILL
+    assert ledger(led) == ["model1"]
+    with lw.local_world(data) as world:
+        lw.send_event(world, "run_ap1", "approval", {"approvals": {"r1": True}})
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"output": "done: refunded A-17", "requests": 1}
+    # The first agent run's model request came from the log: one call before, one after.
+    assert ledger(led) == ["model1", "model2", "refund"]
+
+
+def test_run_stream_events_inside_a_workflow(lw_world: Any) -> None:
+    counter = Counter()
+    agent = weather_agent(counter, name="eventer")
+
+    @lw.workflow(id="events")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        kinds, output = [], None
+        async with agent.run_stream_events(input["q"]) as events:
+            async for event in events:
+                kinds.append(type(event).__name__)
+                if type(event).__name__ == "AgentRunResultEvent":
+                    output = event.result.output
+        return {"output": output, "toolCalls": kinds.count("FunctionToolCallEvent")}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_ev1")
+    assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris", "toolCalls": 2}
+    assert len(unit_paths(lw_world, "run_ev1")) == 4
+    assert lw.replay_run(lw_world, "run_ev1", wf).output == res.output
+    assert counter.model == 2 and len(counter.tools) == 2
+
+
+def test_a_tool_result_over_64_kib_goes_through_an_artifact(lw_world: Any) -> None:
+    big = "".join(chr(97 + i % 26) for i in range(100_000))
+    calls: list[int] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"read {len(returns[-1].content)} characters")])
+        return ModelResponse(parts=[ToolCallPart("read_book", {}, tool_call_id="b1")])
+
+    agent = Agent(FunctionModel(model_fn), name="reader", capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def read_book() -> str:
+        calls.append(1)
+        return big
+
+    @lw.workflow(id="reader")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("read")
+        return {"output": result.output, "last": len(result.all_messages()[-2].parts[0].content)}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_big1")
+    assert res.output == {"output": "read 100000 characters", "last": 100_000}
+    tool = [e for e in lw_world.list_events("run_big1")
+            if e.type == "step.succeeded" and e.payload["stepPath"].endswith("/b1")]
+    assert len(tool) == 1 and "outputRef" in tool[0].payload
+    assert lw.replay_run(lw_world, "run_big1", wf).output == res.output and calls == [1]
