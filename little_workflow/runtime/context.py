@@ -8,7 +8,18 @@ import contextvars
 import inspect
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Literal
+from datetime import datetime
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Literal,
+    TypeVar,
+    TypeVarTuple,
+    overload,
+)
 
 from ..errors import (
     FatalError,
@@ -41,6 +52,9 @@ from .steps import (
 from .values import stored_value, to_json_value
 
 #: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
 INLINE_OUTPUT_LIMIT = 64 * 1024
 
 Mode = Literal["execute", "replay"]
@@ -194,7 +208,17 @@ class RunContext:
 
     # ---- steps ----------------------------------------------------------------------
 
-    async def step(
+    # Typed for callers: the result is what `fn` returns (awaited when `fn` is async), and
+    # `*args` are checked against `fn`'s parameters.
+    @overload
+    async def step(self, path: str, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts,  # type: ignore[overload-overlap]
+                   retry: Retry | None = None, timeout: float | None = None) -> T: ...
+
+    @overload
+    async def step(self, path: str, fn: Callable[[*Ts], T], *args: *Ts,
+                   retry: Retry | None = None, timeout: float | None = None) -> T: ...
+
+    async def step(  # type: ignore[misc]  # mypy cannot match *args: Any to *Ts
         self,
         path: str,
         fn: Callable[..., Any],
@@ -440,7 +464,7 @@ class RunContext:
 
         return await wait_for_event(self, path, name, timeout)
 
-    def now(self) -> Any:
+    def now(self) -> datetime:
         """The World clock's time as an aware UTC datetime, recorded: a resumed or
         replayed run gets the same value."""
         from .timers import now

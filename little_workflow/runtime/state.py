@@ -239,7 +239,7 @@ class RunResult(_Model):
     """
 
     run_id: str
-    status: str
+    status: RunStatus
     output: Any = None
     workflow_id: str | None = None
     outer_loop_id: str | None = None
