@@ -32,6 +32,7 @@ from .errors import (
     UnsupportedSourceError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    WorldBusyError,
     WorldPathError,
 )
 from .ops.gc import GcReport, gc
@@ -111,6 +112,7 @@ __all__ = [
     "WorkflowFailedError",
     "WorkflowMismatchError",
     "World",
+    "WorldBusyError",
     "WorldPathError",
     "areplay_run",
     "arun_pipeline",

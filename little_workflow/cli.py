@@ -218,7 +218,8 @@ def _waits_for(waiting: dict[str, Any] | None) -> str:
 @click.argument("run_id")
 @click.argument("name")
 @click.option("--payload", "payload_json", default="null", help="the event's payload, as JSON")
-@click.option("--idempotency-key", default=None, help="the same key again is a no-op")
+@click.option("--idempotency-key", default=None,
+              help="the same key with the same payload again is a no-op (another payload: an error)")
 @world_options
 def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None, world: Any) -> None:
     """Send the event NAME to run RUN_ID (ctx.wait_for_event takes it)."""

@@ -70,6 +70,18 @@ class RunLockedError(LittleWorkflowError):
         )
 
 
+class WorldBusyError(LittleWorkflowError):
+    """`World.close()` found runs still holding their locks after waiting: the World stays
+    open (closing it would drop locks a running attempt holds)."""
+
+    def __init__(self, data_dir: str, run_ids: list[str], waited: float):
+        self.data_dir, self.run_ids, self.waited = data_dir, run_ids, waited
+        super().__init__(
+            f"World {data_dir} still runs {', '.join(run_ids)} after {waited:g} s; let "
+            "them finish or stop them (Worker.stop()), then close it again"
+        )
+
+
 class SchemaValidationError(LittleWorkflowError, ValueError):
     def __init__(self, what: str, message: str, path: str = ""):
         self.what, self.message, self.json_path = what, message, path

@@ -2,6 +2,9 @@
 run's inspector page, updated live.
 
 Bound to 127.0.0.1: it shows inputs, outputs and errors, so it is not for a network.
+A request whose `Host` is not this server's own origin (`127.0.0.1:PORT`,
+`localhost:PORT`) gets 403: a web page whose DNS name is rebound to 127.0.0.1 must not
+read runs through the browser. The server only reads (GET); it has no write endpoint.
 Pages poll a small JSON endpoint about once a second; an endpoint answers
 `{"changed": false}` when the client's `since` token is still current, so an idle page
 costs one `list_events(after=…)` per second.
@@ -84,7 +87,17 @@ def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
             self.send_body(status, json.dumps(value, ensure_ascii=False, default=str),
                            "application/json; charset=utf-8")
 
+        def own_origin(self) -> bool:
+            port = self.server.server_address[1]
+            host = (self.headers.get("Host") or "").strip().lower()
+            return host in (f"127.0.0.1:{port}", f"localhost:{port}")
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if not self.own_origin():
+                self.send_body(403, "forbidden: this server answers only "
+                               "http://127.0.0.1:PORT/ and http://localhost:PORT/\n",
+                               "text/plain; charset=utf-8")
+                return
             url = urlsplit(self.path)
             since = (parse_qs(url.query).get("since") or [None])[0]
             parts = [unquote(p) for p in url.path.split("/") if p]

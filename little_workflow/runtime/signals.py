@@ -106,16 +106,20 @@ def send_event(
     world: Any, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
 ) -> Event:
     """Send the event `name` with `payload` to run `run_id` (appended to its log as
-    `signal.received`). The same `idempotency_key` again is a no-op. Unknown run:
+    `signal.received`). The same `idempotency_key` with the same name and payload again is
+    a no-op; with another one, `IdempotencyConflictError`. Unknown run:
     `RunNotFoundError`; finished run: `RunFinishedError`."""
     validate_run_id(run_id)
     if not isinstance(name, str) or not name:
         raise ValueError(f"an event name is a non-empty string, not {name!r}")
     events = world.list_events(run_id)
-    if idempotency_key is not None:
-        for e in events:
-            if e.append_idempotency_key == idempotency_key and e.type == "signal.received":
-                return e  # already delivered: a no-op
+    if idempotency_key is not None and any(
+            e.append_idempotency_key == idempotency_key for e in events):
+        # Already used: the World's receipt lookup returns the event sent with this key
+        # when the request is the same, and raises IdempotencyConflictError when the name
+        # or payload differ — on a finished run too (the lookup comes before the end check).
+        return world.append_event(run_id, "signal.received", {"name": name, "payload": payload},
+                                  idempotency_key=idempotency_key)
     log = RunLog.fold(run_id, events)
     if log.created is None:
         raise RunNotFoundError(run_id, f" in {world.data_dir}")

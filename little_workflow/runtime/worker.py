@@ -5,7 +5,10 @@ Each run is executed with `run_workflow(..., suspend=True)` in a thread of the w
 pool, so a run that must wait gives its thread and lock back. A sweep reads the index of
 unfinished runs (`active/`, see `active_index`) and then only those runs. The run lock is what keeps
 any number of workers (threads or processes) from running one run twice at once: a run
-whose lock is held (`RunLockedError`) is skipped and looked at again next sweep.
+whose lock is held (`RunLockedError`), or that cannot run here for another reason (its
+input no longer validates, its storage failed), is tried again after a capped
+exponential backoff (see retry.py), reported once when it becomes blocked and once when
+it runs again.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import threading
 import time
 from typing import Any, Iterable
 
-from ..errors import LittleWorkflowError, RunLockedError
+from ..errors import LittleWorkflowError, RunCancelledError, WorkflowFailedError
 from ..world.clock import from_iso
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .loops import own
+from .retry import RetryBackoff
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
 from .values import stored_value
@@ -61,7 +65,7 @@ class Worker:
         self._in_flight: dict[str, concurrent.futures.Future[Any]] = {}
         self._logs: dict[str, RunLog] = {}
         self._finished: set[str] = set()
-        self._locked_at: dict[str, int] = {}  # run id -> last sequence when found locked
+        self._backoff = RetryBackoff(log)  # runs that could not run, and when to try again
         self._no_log_since: dict[str, float] = {}  # indexed run id with no log -> first seen
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -125,7 +129,7 @@ class Worker:
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
                 continue
-            if skip_locked and self._locked_at.get(run_id) == run_log.last_sequence:
+            if not self._backoff.may_try(run_id, run_log, skip_locked=skip_locked):
                 continue
             if self._is_due(run_log, now):
                 due.append((run_id, wf, run_log))
@@ -133,9 +137,10 @@ class Worker:
 
     def _forget(self, listed: set[str]) -> None:
         """Drop what this worker remembers of runs the index no longer names."""
-        for cache in (self._logs, self._locked_at, self._no_log_since):
+        for cache in (self._logs, self._no_log_since):
             for run_id in [r for r in cache if r not in listed]:
                 del cache[run_id]
+        self._backoff.forget(listed)
         self._finished &= listed
 
     def _unindex(self, run_id: str) -> bool:
@@ -185,12 +190,16 @@ class Worker:
             loop.run_until_complete(arun_workflow(wf, input, world=self.world, run_id=run_id,
                                                   suspend=True))
             self.runs_executed += 1
-        except RunLockedError:
-            self._locked_at[run_id] = last_sequence  # someone else runs it
-        except LittleWorkflowError as e:
+            self._backoff.ran(run_id)
+        except (WorkflowFailedError, RunCancelledError) as e:
+            self._backoff.ran(run_id)
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
-        except Exception:
-            log.exception("run %s raised", run_id)
+        except LittleWorkflowError as e:
+            # Not run (its lock is held, its input no longer validates, the storage
+            # failed): still unfinished, tried again after a backoff.
+            self._backoff.failed(run_id, e, last_sequence)
+        except Exception as e:
+            self._backoff.failed(run_id, e, last_sequence)  # logged with its traceback
         finally:
             _cancel_leftovers(loop)
 
@@ -278,6 +287,9 @@ class Worker:
             if left <= 0:
                 return
             waiters, next_due = self._known_waits()
+            retry_in = self._backoff.next_retry_in()
+            if retry_in is not None and (next_due is None or retry_in < next_due):
+                next_due = retry_in
             pause = min(left, WAIT_POLL_SECONDS)
             if next_due is not None and next_due < pause:
                 self._wake.wait(next_due)
@@ -309,8 +321,8 @@ class Worker:
         for run_id in run_ids:
             try:
                 run_log = self._log(run_id)
-                if self._locked_at.get(run_id) == run_log.last_sequence:
-                    continue  # another worker runs it; nothing new since
+                if not self._backoff.may_try(run_id, run_log, skip_locked=True):
+                    continue  # another worker runs it, or it waits for its next try
                 if self._is_due(run_log, now):
                     return True
             except LittleWorkflowError:

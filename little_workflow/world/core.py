@@ -10,6 +10,8 @@ import contextlib
 import hashlib
 import json
 import math
+import threading
+import time
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -19,6 +21,7 @@ from ..errors import (
     IdempotencyConflictError,
     LittleWorkflowError,
     RunFinishedError,
+    WorldBusyError,
     WorldPathError,
 )
 from . import run_deletion
@@ -51,6 +54,8 @@ REF_KEY = "$ref"
 REF_SIZE = len('{"$ref":"artifact://art_0123456789abcdef"}')
 #: Terminal events: nothing is appended after them, except the outer loop's record.
 AFTER_END_ALLOWED = frozenset({"outer_loop.cycle_completed"})
+#: How long `World.close()` waits, by default, for runs in flight to give their locks back.
+CLOSE_WAIT_SECONDS = 10.0
 
 
 class EventPayloadError(LittleWorkflowError, TypeError):
@@ -180,6 +185,10 @@ class World:
         self.step_slots = StepSlots(max_concurrent_steps)
         self.host_sources_allowed = host_sources_allowed
         self._cross_process_locks = cross_process_locks
+        # Run ids (and outer-loop fences) whose lock a caller holds through this World,
+        # counted: close() waits for them instead of dropping their locks.
+        self._in_flight: dict[str, int] = {}
+        self._in_flight_changed = threading.Condition()
         # `state` comes counted for this World (storage_state_for). A World dropped
         # without close() still gives its share of the storage back, at the next safe
         # point (a finalizer may run while this thread holds the state's lock).
@@ -188,10 +197,22 @@ class World:
     def __repr__(self) -> str:
         return f"<World {self.kind} {self.data_dir}>"
 
-    def close(self) -> None:
+    def close(self, *, timeout: float = CLOSE_WAIT_SECONDS) -> None:
         """Release this World; the last World over a storage closes what they shared
-        (local_world: the SQLite connection). Closing twice is harmless."""
-        if self._finalizer.detach() is not None:
+        (local_world: the SQLite connection). Closing twice is harmless.
+
+        Runs in flight through this World (another thread's `run_workflow`, a Worker's
+        pool) hold their run locks: close waits up to `timeout` seconds for them to give
+        the locks back, then raises `WorldBusyError` naming them and stays open. Dropping
+        those locks would let another World — in this process, or another process that
+        takes this pid's lock dir for stale — run the same run alongside."""
+        started = time.monotonic()
+        with self._in_flight_changed:
+            if not self._in_flight_changed.wait_for(lambda: not self._in_flight, timeout):
+                raise WorldBusyError(self.data_dir, sorted(self._in_flight),
+                                     round(time.monotonic() - started, 3))
+            released = self._finalizer.detach() is not None
+        if released:
             self.state.closed()
         release_dropped()
 
@@ -526,14 +547,30 @@ class World:
     @contextlib.contextmanager
     def run_lock(self, run_id: str) -> Iterator[str]:
         validate_run_id(run_id)
-        with held(self.state, run_lock_name(run_id), run_id, self._cross_process_locks) as t:
+        with self._holding(run_id), held(self.state, run_lock_name(run_id), run_id,
+                                         self._cross_process_locks) as t:
             yield t
 
     @contextlib.contextmanager
     def fence_lock(self, outer_loop_id: str) -> Iterator[str]:
         name = outer_loop_lock_name(outer_loop_id)
-        with held(self.state, name, outer_loop_id, self._cross_process_locks) as t:
+        with self._holding(f"outer loop {outer_loop_id}"), held(
+                self.state, name, outer_loop_id, self._cross_process_locks) as t:
             yield t
+
+    @contextlib.contextmanager
+    def _holding(self, label: str) -> Iterator[None]:
+        """Count `label` in flight until its lock is released (see close())."""
+        with self._in_flight_changed:
+            self._in_flight[label] = self._in_flight.get(label, 0) + 1
+        try:
+            yield
+        finally:
+            with self._in_flight_changed:
+                left = self._in_flight.pop(label) - 1
+                if left:
+                    self._in_flight[label] = left
+                self._in_flight_changed.notify_all()
 
     # ---- memory -----------------------------------------------------------------------
 
