@@ -170,3 +170,15 @@ def test_no_two_examples_claim_the_same_demo_number():
             if m:
                 claims.setdefault(m.group(1), []).append(name)
     assert claims and all(len(names) == 1 for names in claims.values()), claims
+
+
+def test_the_demo_names_each_step_one_way(tmp_path):
+    from little_workflow.demo import run_demo
+
+    lines: list[str] = []
+    report = run_demo(str(tmp_path / "demo"), say=lines.append)
+    completed, called = report["completedBeforeKill"], report["calledAfterResume"]
+    assert completed and called and report["recalled"] == []
+    # The log's step paths and the calls the demo counts use the same names.
+    assert all(name.startswith("square-") for name in completed + called), (completed, called)
+    assert sorted(completed + called) == [f"square-{i}" for i in range(6)], (completed, called)
