@@ -286,6 +286,10 @@ def main() -> None:
         p7(row)
     if wanted("P8"):
         p8(row)
+    if wanted("P11"):
+        p11(row)
+    if wanted("P12"):
+        p12(row)
 
     if ONLY:
         print(f"LW_BENCH_ONLY={','.join(sorted(ONLY))}: RESULTS.md left as it was")
@@ -389,6 +393,37 @@ def p8(row: Any) -> None:
         f"{drain:.0f}/s)", rate / best, "≥ 3×")
     row(f"P8 same, DBOS polling_interval_sec={other}", f"{rate:.0f} vs {min(f, sl):.0f} runs/s",
         rate / min(f, sl), "—")
+
+
+#: World sizes for P11 (LW_P11_SIZES=1000,10000 for a shorter run).
+P11_SIZES = [int(x) for x in os.environ.get("LW_P11_SIZES", "1000,10000,100000").split(",") if x]
+
+
+def p11(row: Any) -> None:
+    from benchmarks.catalogue_bench import build_world, measure
+
+    print("P11 finding runs among N finished ones (1 % failed; 50 older than 30 days)")
+    for kind in ("local_world", "local-file"):
+        first_sizes: dict[str, float] = {}
+        for n in P11_SIZES:
+            path, now = build_world(kind, n)
+            figures = measure(kind, path, now)
+            shutil.rmtree(path, ignore_errors=True)
+            for name, ms in figures.items():
+                base = first_sizes.setdefault(name, ms)
+                growth = ms / base if base else None
+                goal = "≤ 100 ms, ≤ 1.5× growth" if "process" not in name else "—"
+                row(f"P11 {kind} N={n:,}: {name} (growth since N={P11_SIZES[0]:,})",
+                    f"{ms:.1f} ms", growth, goal)
+
+
+def p12(row: Any) -> None:
+    from benchmarks.catalogue_bench import p12 as measure_p12
+
+    print("P12 start-up of a short command (median of 5 processes)")
+    for name, ms in measure_p12().items():
+        goal = "≤ 200 ms" if "runs" in name else "≤ 120 ms"
+        row(f"P12 {name}", f"{ms:.0f} ms", None, goal)
 
 
 SETTINGS = [

@@ -187,6 +187,22 @@ class ObjectStorePublisher(Publisher):
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
 
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str]:
+        """One `ListObjectsV2` request from `start_after` on (`StartAfter`, `MaxKeys`):
+        a page of a folder costs one request, whatever the folder holds."""
+        bucket, _, key = self.fs._strip_protocol(path).strip("/").partition("/")
+        prefix = key.rstrip("/") + "/"
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": limit,
+                                "Delimiter": "/"}
+        if start_after:
+            args["StartAfter"] = prefix + start_after
+        try:
+            answer = self.fs.call_s3("list_objects_v2", **args)
+        except STORE_ERRORS as e:
+            raise storage_error(e, path, "listing") from e
+        names = [item["Key"][len(prefix):] for item in answer.get("Contents", [])]
+        return [n for n in names if n and not is_temp_name(n)]
+
     def cross_process_locks(self, root: str) -> "ObjectStoreLocks":
         return ObjectStoreLocks(self.fs, f"{root}/locks", lease_seconds=LEASE_SECONDS)
 
@@ -229,7 +245,12 @@ class ObjectStoreLocks:
       deadline**: start of its last successful renewal request + lease - margin (lease/3).
       `check()` raises `LeaseLostError` once past it, or once the store shows another holder,
       so a holder that cannot renew stops appending before anyone can take over. The margin
-      also bounds how long an append that passed `check()` may take to land.
+      also bounds how long an append that passed `check()` may take to land — for a holder
+      that keeps running. One paused (SIGSTOP, a VM freeze) between `check()` and its PUT
+      may still land that write after a takeover: the check is an optimisation, not the
+      fence. The fence is the log: the taker folds such a write in as history (a step it
+      recorded is not run again), and the paused holder's next append meets the taker's
+      sequence (412), then a failing `check()`.
     """
 
     def __init__(self, fs: Any, locks_dir: str, lease_seconds: float = LEASE_SECONDS):

@@ -1,10 +1,15 @@
 """little-workflow: durable workflows on any filesystem fsspec can reach."""
 
-from . import testing  # lw.testing.FakeClock
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     ArtifactHashMismatchError,
     ArtifactManifestCorruptError,
     ArtifactNotFoundError,
+    CatalogueQueryError,
     DocumentCorruptError,
     EventLogCorruptError,
     FatalError,
@@ -35,30 +40,102 @@ from .errors import (
     WorldBusyError,
     WorldPathError,
 )
-from .ops.gc import GcReport, gc
-from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
-from .runtime.bash_steps import Mount, file_mount, read_only
-from .runtime.context import RunContext, current_run
-from .runtime.control import cancel_run, start_workflow
-from .runtime.fork import fork_run
-from .runtime.outer_loop import Continue, Done
-from .runtime.runner import areplay_run, materialize_run_state, replay_run
-from .runtime.signals import send_event
-from .runtime.state import RunResult, RunState, StepState
-from .runtime.steps import Retry, StepInfo, current_step
-from .runtime.worker import Worker
-from .runtime.workflow import Workflow, workflow
-from .world import (
-    ArtifactManifest,
-    Event,
-    EventPayloadError,
-    World,
-    local_world,
-    tracing_world,
-    virtual_world,
-)
-from .world.memory_store import MemoryReadOnlyError, MemoryStore
-from .world.verify import VerifyReport, verify_world
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from . import testing
+    from .ops.gc import GcReport, gc
+    from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
+    from .runtime.bash_steps import Mount, file_mount, read_only
+    from .runtime.context import RunContext, current_run
+    from .runtime.control import cancel_run, start_workflow
+    from .runtime.fork import fork_run
+    from .runtime.outer_loop import Continue, Done
+    from .runtime.runner import areplay_run, materialize_run_state, replay_run
+    from .runtime.signals import send_event
+    from .runtime.state import RunResult, RunState, StepState
+    from .runtime.steps import Retry, StepInfo, current_step
+    from .runtime.worker import Worker
+    from .runtime.workflow import Workflow, workflow
+    from .world import (
+        ArtifactManifest,
+        Event,
+        EventPayloadError,
+        World,
+        local_world,
+        tracing_world,
+        virtual_world,
+    )
+    from .world.catalogue import RunPage, RunSummary, list_runs
+    from .world.memory_store import MemoryReadOnlyError, MemoryStore
+    from .world.verify import VerifyReport, verify_world
+
+# Everything else is imported when first used (PEP 562), so `import little_workflow`
+# — and a `little` command that needs only part of it — does not pay for pydantic,
+# jsonschema, asyncio or the testing helpers up front.
+_LAZY = {
+    "ArtifactManifest": ".world",
+    "Continue": ".runtime.outer_loop",
+    "Done": ".runtime.outer_loop",
+    "Event": ".world",
+    "EventPayloadError": ".world",
+    "GcReport": ".ops.gc",
+    "MemoryReadOnlyError": ".world.memory_store",
+    "MemoryStore": ".world.memory_store",
+    "Mount": ".runtime.bash_steps",
+    "Retry": ".runtime.steps",
+    "RunContext": ".runtime.context",
+    "current_run": ".runtime.context",
+    "RunPage": ".world.catalogue",
+    "RunResult": ".runtime.state",
+    "RunState": ".runtime.state",
+    "RunSummary": ".world.catalogue",
+    "StepInfo": ".runtime.steps",
+    "StepState": ".runtime.state",
+    "VerifyReport": ".world.verify",
+    "Worker": ".runtime.worker",
+    "Workflow": ".runtime.workflow",
+    "World": ".world",
+    "areplay_run": ".runtime.runner",
+    "arun_pipeline": ".runtime.api",
+    "arun_workflow": ".runtime.api",
+    "cancel_run": ".runtime.control",
+    "current_step": ".runtime.steps",
+    "file_mount": ".runtime.bash_steps",
+    "fork_run": ".runtime.fork",
+    "gc": ".ops.gc",
+    "list_runs": ".world.catalogue",
+    "local_world": ".world",
+    "materialize_run_state": ".runtime.runner",
+    "read_only": ".runtime.bash_steps",
+    "replay_run": ".runtime.runner",
+    "run_pipeline": ".runtime.api",
+    "run_workflow": ".runtime.api",
+    "send_event": ".runtime.signals",
+    "start_workflow": ".runtime.control",
+    "tracing_world": ".world",
+    "verify_world": ".world.verify",
+    "virtual_world": ".world",
+    "workflow": ".runtime.workflow",
+}
+#: Subpackages reachable as attributes (`lw.testing.FakeClock`, `lw.world.ids`).
+_SUBMODULES = frozenset({"testing", "world", "runtime", "ops", "errors", "cli", "demo"})
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'little_workflow' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+
 
 __version__ = "0.1.0"
 
@@ -67,6 +144,7 @@ __all__ = [
     "ArtifactManifest",
     "ArtifactManifestCorruptError",
     "ArtifactNotFoundError",
+    "CatalogueQueryError",
     "Continue",
     "DocumentCorruptError",
     "Done",
@@ -95,7 +173,9 @@ __all__ = [
     "RunCancelledError",
     "LeaseLostError",
     "StorageError",
+    "RunPage",
     "RunResult",
+    "RunSummary",
     "RunState",
     "RuntimeIntegrityError",
     "SchemaValidationError",
@@ -126,6 +206,7 @@ __all__ = [
     "current_step",
     "file_mount",
     "gc",
+    "list_runs",
     "local_world",
     "materialize_run_state",
     "read_only",

@@ -13,11 +13,12 @@ import click
 
 import little_workflow as lw
 
+from .errors import failure_text, fork_point_list
 from .ops.cli_support import (
     error_text,
-    is_damaged_events_db,
     format_duration,
     format_started,
+    is_damaged_events_db,
     is_storage_client_error,
     load_workflow,
     load_workflows,
@@ -25,11 +26,22 @@ from .ops.cli_support import (
     plain_table,
     run_rows,
 )
-from .errors import failure_text, fork_point_list
-from .runtime.runner import interruptible
-from .runtime.values import stored_value
 from .world.ids import new_run_id
 from .world.verify import verify_world
+
+
+def interruptible() -> Any:
+    # The runtime (asyncio, pydantic) is imported by the commands that run workflows,
+    # not by every `little` command.
+    from .runtime.runner import interruptible as handler
+
+    return handler()
+
+
+def stored_value(world: Any, value: Any, ref: str | None = None) -> Any:
+    from .runtime.values import stored_value as read_back
+
+    return read_back(world, value, ref)
 
 
 class UserError(click.ClickException):
@@ -173,23 +185,45 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
 
 
 @cli.command()
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(["created", "running", "waiting", "completed", "failed", "cancelled"]),
+              help="only runs with this status (repeatable)")
+@click.option("--workflow", "workflow_id", default=None, metavar="ID", help="only runs of this workflow")
+@click.option("--since", default=None, metavar="AGE", help="only runs created within AGE, e.g. 2h, 7d")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000),
+              help="runs per page")
+@click.option("--cursor", default=None, metavar="CURSOR", help="the page after this cursor")
+@click.option("--all", "every_page", is_flag=True, help="every page, not only the first")
 @click.option("--json", "as_json", is_flag=True)
 @world_options(read_only=True)
-def runs(as_json: bool, world: Any) -> None:
-    """List runs, newest first: id, status, workflow, started (UTC), duration."""
-    rows = run_rows(world)
+def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, limit: int,
+         cursor: str | None, every_page: bool, as_json: bool, world: Any) -> None:
+    """List runs, newest first, a page at a time: id, status, workflow, started (UTC),
+    duration."""
+    age = None
+    if since is not None:
+        from .ops.gc import parse_age
+
+        try:
+            age = parse_age(since)
+        except ValueError as e:
+            raise UserError(f"--since: {e}") from None
+    rows, next_cursor = run_rows(world, statuses=statuses, workflow_id=workflow_id, since=age,
+                                 limit=limit, cursor=cursor, every_page=every_page)
+    more = (f"more runs: add --cursor {next_cursor} for the next page, or --all"
+            if next_cursor else None)
     if as_json:
         _dump(rows)
+        if more:
+            click.echo(more, err=True)
         return
     click.echo(plain_table(
         ["run id", "status", "workflow", "started (UTC)", "duration", "steps", "waits for"],
         [[r["runId"], r["status"], r["workflowId"] or "-", format_started(r["startedAt"]),
-          format_duration(r["durationSeconds"]), "-" if r["steps"] is None else str(r["steps"]),
-          _waits_for(r.get("waiting"))]
+          format_duration(r["durationSeconds"]), str(r["steps"]), _waits_for(r.get("waiting"))]
          for r in rows]))
-    for r in rows:
-        if "problem" in r:
-            click.echo(f"{r['runId']}: {r['problem']}", err=True)
+    if more:
+        click.echo(more)
 
 
 def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
@@ -458,7 +492,8 @@ def _show_artifact(world: Any, run_id: str, manifests: list[Any], wanted: str) -
         _dump(value)
 
 
-def _verify_damaged(data_dir: str, error: Any, as_json: bool) -> None:
+def _verify_damaged(data_dir: str, error: Any, as_json: bool, repair: bool = False) -> None:
+    # --repair rebuilds the catalogue from the logs: nothing to rebuild into a damaged file.
     from .ops.salvage import salvage_events
 
     report = salvage_events(data_dir, error.problem)
@@ -477,9 +512,18 @@ def _verify_damaged(data_dir: str, error: Any, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--repair", is_flag=True,
+              help="first rebuild the run catalogue from the logs (after a crash, or for a World "
+                   "written by an older version)")
 @world_options(read_only=True, on_damaged=_verify_damaged)
-def verify(as_json: bool, world: Any) -> None:
+def verify(as_json: bool, repair: bool, world: Any) -> None:
     """Re-hash every artifact and check every run's log (exit 1 on any problem)."""
+    if repair:
+        from .world.verify import rebuild_catalogue
+
+        folded = rebuild_catalogue(world)
+        if not as_json:
+            click.echo(f"rebuilt the catalogue summaries of {folded} runs from their logs")
     report = verify_world(world)
     if as_json:
         _dump(report.to_json_dict())
@@ -489,6 +533,10 @@ def verify(as_json: bool, world: Any) -> None:
         for where, problems in report.problems.items():
             for p in problems:
                 click.echo(f"{where}: {p}")
+        if report.catalogue_stale:
+            click.echo(f"catalogue: {len(report.catalogue_stale)} run summaries lag behind their "
+                       "logs (little verify --repair brings them up to date): "
+                       + " ".join(report.catalogue_stale[:10]))
         click.echo("ok" if report.ok else f"{sum(map(len, report.problems.values()))} problems")
     if not report.ok:
         sys.exit(1)

@@ -277,3 +277,12 @@ class StorageError(LittleWorkflowError, OSError):
     def __init__(self, path: str, problem: str, hint: str = ""):
         self.path, self.problem = path, problem
         super().__init__(f"{path}: {problem}{'; ' + hint if hint else ''}")
+
+
+class CatalogueQueryError(LittleWorkflowError, ValueError):
+    """`list_runs` was asked something it cannot answer: an unknown status, a limit below
+    1, a cursor it did not hand out, a naive datetime."""
+
+    def __init__(self, argument: str, problem: str):
+        self.argument, self.problem = argument, problem
+        super().__init__(f"list_runs {argument}: {problem}")

@@ -22,9 +22,9 @@ def count_commits(world: Any) -> list[int]:
     store, calls = world.events, [0]
     real = store.commit_rows
 
-    def counted(rows: list, *, durable: bool) -> Any:
+    def counted(rows: list, **kwargs: Any) -> Any:
         calls[0] += 1
-        return real(rows, durable=durable)
+        return real(rows, **kwargs)
 
     store.commit_rows = counted
     return calls
@@ -124,12 +124,12 @@ def test_a_failed_commit_fails_every_later_append_of_the_run(tmp_path: Any) -> N
     late: list[Any] = []
     real = world.events.commit_rows
 
-    def failing_commit(rows: list, *, durable: bool) -> Any:
+    def failing_commit(rows: list, **kwargs: Any) -> Any:
         # While this batch commits, one more append of the run is queued behind it.
         if not late:
             late.append(world.submit_event(run_id, "test.note", {"n": 4}))
             plan.crash_at = plan.count + 1  # the next insert fails: disk full, once
-        return real(rows, durable=durable)
+        return real(rows, **kwargs)
 
     world.events.commit_rows = failing_commit
     with pytest.raises(StorageError, match="events.db"):

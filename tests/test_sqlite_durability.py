@@ -120,12 +120,13 @@ def test_fresh_local_world_fsyncs_wal_before_ack_and_db_after_checkpoint(tmp_pat
     assert figures["db_writes"] > 0 and figures["db_syncs"] > 0, figures
     print(f"\nstrace: {figures['acks']} acknowledged appends, each after a WAL fsync; "
           f"{figures['db_writes']} writes to events.db, {figures['db_syncs']} fsyncs of it")
-    # And the data is all there afterwards, with no table of ours but `events`.
+    # And the data is all there afterwards, with no table of ours but `events` and the
+    # run catalogue's (DESIGN §14).
     conn = sqlite3.connect(db)
     tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'"))
     count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
     conn.close()
-    assert tables == ["events"] and count == appends
+    assert tables == ["catalogue_meta", "events", "runs"] and count == appends
 
 
 def test_reopening_an_existing_data_dir_is_traced_durable_too(tmp_path):
@@ -174,7 +175,7 @@ def test_synchronous_is_never_off_on_any_write_connection(tmp_path, monkeypatch)
     assert all(v == 2 for v in after_durable_again), after_durable_again
     tables = [r[0] for r in connections[0].execute(
         "SELECT name FROM sqlite_master WHERE type='table'")]
-    assert tables == ["events"], tables
+    assert sorted(tables) == ["catalogue_meta", "events", "runs"], tables  # + the run catalogue
     world.events.close()
 
 

@@ -39,8 +39,10 @@ def finished_runs(bucket: str, count: int) -> None:
                              durable=False)
         scratch.append_event(rid, "run.completed", {"output": {"n": i + 1}}, durable=False)
     store = scratch.files.store
+    # With the run catalogue the World kept as it appended (DESIGN §14), as a World of
+    # this version has it: otherwise the first open would build it for every run.
     put_objects_directly(bucket, {k.lstrip("/"): bytes(v.getvalue()) for k, v in store.items()
-                                  if k.startswith("/wf/events/")})
+                                  if k.startswith(("/wf/events/", "/wf/catalogue/"))})
 
 
 def sweep_requests(moto_s3, finished: int) -> tuple[int, int, dict]:

@@ -14,8 +14,6 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, RuntimeIntegrityError, StorageError, WorldPathError
-from ..runtime.runner import materialize_run_state
-from ..runtime.workflow import Workflow
 from ..world import local_world, virtual_world
 from ..world.ids import validate_run_id
 
@@ -144,8 +142,10 @@ def import_target_module(module_name: str) -> Any:
         raise _import_failure(f"module {module_name!r}", e) from None
 
 
-def load_workflows(target: str) -> list[Workflow]:
+def load_workflows(target: str) -> list[Any]:
     """`MODULE:ATTR` as in `load_workflow`, or a bare MODULE: every workflow it defines."""
+    from ..runtime.workflow import Workflow
+
     if ":" in target:
         return [load_workflow(target)]
     found = [v for v in vars(import_target_module(target)).values() if isinstance(v, Workflow)]
@@ -154,9 +154,11 @@ def load_workflows(target: str) -> list[Workflow]:
     return found
 
 
-def load_workflow(target: str) -> Workflow:
+def load_workflow(target: str) -> Any:
     """`MODULE:ATTR` (MODULE imported with the current directory on sys.path, as uvicorn
     does) or `path/to/file.py:ATTR`."""
+    from ..runtime.workflow import Workflow
+
     module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:
         raise CliError(f"expected MODULE:WORKFLOW or FILE.py:WORKFLOW, got {target!r}")
@@ -180,26 +182,38 @@ def _parse_time(text: str | None) -> dt.datetime | None:
         return None
 
 
-def run_rows(world: Any) -> list[dict[str, Any]]:
-    """One row per run, newest first; a run whose records are damaged is listed as
-    `corrupt` with the problem, after the others."""
-    rows, corrupt = [], []
-    for run_id in world.list_runs():
+def run_row(summary: Any) -> dict[str, Any]:
+    """One row of `little runs` (and `--json`) from a catalogue `RunSummary`."""
+    duration = (summary.updated_at - summary.created_at).total_seconds()
+    doc = summary.to_json_dict()
+    return {"runId": summary.run_id, "workflowId": summary.workflow_id, "status": summary.status,
+            "startedAt": doc["createdAt"], "durationSeconds": duration, "steps": summary.steps,
+            "updatedAt": doc["updatedAt"], "waiting": summary.waiting, "error": summary.error,
+            "parentRunId": summary.parent_run_id}
+
+
+def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,
+             since: float | None = None, limit: int = 50, cursor: str | None = None,
+             every_page: bool = False) -> tuple[list[dict[str, Any]], str | None]:
+    """Rows of `little runs`, newest first, one catalogue page (or every page) at a time,
+    and the cursor of the next page (None at the end). `since`: seconds back from the
+    World's clock."""
+    from ..world.catalogue import list_runs
+
+    after = None
+    if since is not None:
         try:
-            state = materialize_run_state(world, run_id)
-        except (RuntimeIntegrityError, StorageError, WorldPathError) as e:
-            corrupt.append({"runId": run_id, "workflowId": None, "status": "corrupt",
-                            "startedAt": None, "durationSeconds": None, "steps": None,
-                            "events": None, "updatedAt": None, "problem": str(e)})
-            continue
-        started, updated = _parse_time(state.created_at), _parse_time(state.updated_at)
-        duration = (updated - started).total_seconds() if started and updated else None
-        rows.append({"runId": run_id, "workflowId": state.workflow_id, "status": state.status,
-                     "startedAt": state.created_at, "durationSeconds": duration,
-                     "steps": len(state.steps), "events": state.event_count,
-                     "updatedAt": state.updated_at, "waiting": state.waiting})
-    rows.sort(key=lambda r: (r["startedAt"] or "", r["runId"]), reverse=True)
-    return rows + corrupt
+            after = dt.datetime.fromtimestamp(world.clock.now() - since, dt.timezone.utc)
+        except (ValueError, OverflowError):
+            after = None  # before year 1: every run is younger
+    rows: list[dict[str, Any]] = []
+    while True:
+        page = list_runs(world, status=list(statuses) or None, workflow_id=workflow_id,
+                         created_after=after, limit=limit, cursor=cursor)
+        rows += [run_row(r) for r in page.runs]
+        cursor = page.next_cursor
+        if cursor is None or not every_page:
+            return rows, cursor
 
 
 def format_duration(seconds: float | None) -> str:

@@ -13,7 +13,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
 from ..errors import LittleWorkflowError, RunLockedError
@@ -70,7 +70,7 @@ def gc(
         _delete(world, run_id, None, report)
 
     candidates = []
-    for run_id in world.list_runs():
+    for run_id in _old_finished_runs(world, wanted, cutoff):
         if run_id in marked:
             continue
         try:
@@ -91,6 +91,25 @@ def gc(
             _delete(world, run_id, owned.get(run_id, []), report)
     report.run_ids.sort()
     return report
+
+
+def _old_finished_runs(world: Any, wanted: frozenset[str], cutoff: float) -> list[str]:
+    """Runs the catalogue names as finished with a status in `wanted` and created no
+    later than the cutoff (a run's last event is never older than its creation), oldest
+    first: the cost grows with the old runs, not with every run. The caller checks each
+    against its log, which stays the truth."""
+    from ..world.catalogue import list_runs
+
+    before = datetime.fromtimestamp(cutoff, timezone.utc) + timedelta(microseconds=1)
+    found: list[str] = []
+    cursor = None
+    while True:
+        page = list_runs(world, status=sorted(wanted), created_before=before, limit=500,
+                         cursor=cursor)
+        found += [r.run_id for r in page.runs if r.updated_at.timestamp() <= cutoff]
+        if page.next_cursor is None:
+            return found[::-1]
+        cursor = page.next_cursor
 
 
 def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:

@@ -17,46 +17,45 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import little_workflow as lw
 
-from .inspect import render_page, run_page_data, run_summary
+from .inspect import render_page, run_page_data
+
+
+#: Runs per page of the runs list.
+PAGE_SIZE = 50
 
 
 class RunsIndex:
-    """Summaries of every run, recomputed only for runs that gained events."""
+    """The runs list, one catalogue page at a time (`lw.list_runs`): a refresh costs
+    O(page), whatever the World holds."""
 
     def __init__(self, world: Any):
         self.world = world
         self.lock = threading.Lock()  # one World shared by the server's threads
-        self._cache: dict[str, dict[str, Any]] = {}
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self, query: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of rows for `query` (`status`, `workflow`, `cursor`, `limit`) and the
+        cursor of the next page."""
+        q = query or {}
+        limit = int(q["limit"]) if q.get("limit", "").isdigit() and int(q["limit"]) > 0 else PAGE_SIZE
         with self.lock:
-            rows = []
-            for run_id in self.world.list_runs():
-                cached = self._cache.get(run_id)
-                try:
-                    if cached is None or self.world.list_events(
-                            run_id, after=cached["lastSequence"]):
-                        cached = self._cache[run_id] = run_summary(self.world, run_id)
-                except (lw.LittleWorkflowError, ValueError, OSError) as e:
-                    # One unreadable run must not hide the others.
-                    cached = {"runId": run_id, "status": "unreadable", "workflowId": None,
-                              "startedAt": None, "durationSeconds": None, "finished": True,
-                              "waitingFor": None, "error": str(e), "steps": 0,
-                              "lastSequence": -1}
-                rows.append(cached)
-        rows.sort(key=lambda r: (r["startedAt"] or 0, r["runId"]), reverse=True)
-        return rows
+            page = lw.list_runs(self.world, status=q.get("status") or None,
+                                workflow_id=q.get("workflow") or None,
+                                cursor=q.get("cursor") or None, limit=limit)
+        return [ui_row(r) for r in page.runs], page.next_cursor
 
-    def document(self) -> dict[str, Any]:
-        runs = self.summaries()
+    def document(self, query: dict[str, str] | None = None) -> dict[str, Any]:
+        q = {k: v for k, v in (query or {}).items() if k in ("status", "workflow", "limit", "cursor") and v}
+        runs, next_cursor = self.summaries(q)
         token = hashlib.sha256(json.dumps(
             [(r["runId"], r["lastSequence"], r["status"]) for r in runs]).encode()).hexdigest()[:16]
+        next_page = "/?" + urlencode({**q, "cursor": next_cursor}) if next_cursor else None
         return {"runs": runs, "dataDir": str(self.world.data_dir), "lastSequence": token,
-                "finished": False}
+                "finished": False, "nextPage": next_page,
+                "filters": {k: v for k, v in q.items() if k != "cursor"}}
 
     def run_document(self, run_id: str, since: str | None) -> dict[str, Any] | None:
         """None when the client's `since` sequence is still the last one."""
@@ -65,6 +64,26 @@ class RunsIndex:
                 if not self.world.list_events(run_id, after=int(since)):
                     return None
             return run_page_data(self.world, run_id)
+
+
+def ui_row(summary: Any) -> dict[str, Any]:
+    """A row of the runs list from a catalogue `RunSummary`."""
+    error = summary.error.get("message") if isinstance(summary.error, dict) else None
+    return {"runId": summary.run_id, "workflowId": summary.workflow_id, "status": summary.status,
+            "startedAt": summary.created_at.timestamp(),
+            "durationSeconds": round((summary.updated_at - summary.created_at).total_seconds(), 6),
+            "finished": summary.status in ("completed", "failed", "cancelled"),
+            "waitingFor": waiting_text(summary.waiting), "error": error, "steps": summary.steps,
+            "lastSequence": summary.updated_at.isoformat()}
+
+
+def waiting_text(waiting: dict[str, Any] | None) -> str | None:
+    if not waiting:
+        return None
+    if waiting.get("kind") == "sleep":
+        return f"sleep {waiting.get('stepPath')} until {waiting.get('wakeAt') or '?'}"
+    line = f"event {waiting.get('name') or '?'} ({waiting.get('stepPath')})"
+    return line + (f" until {waiting['deadline']}" if waiting.get("deadline") else "")
 
 
 def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
@@ -99,16 +118,18 @@ def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
                                "text/plain; charset=utf-8")
                 return
             url = urlsplit(self.path)
-            since = (parse_qs(url.query).get("since") or [None])[0]
+            params = {k: v[0] for k, v in parse_qs(url.query).items()}
+            since = params.pop("since", None)
             parts = [unquote(p) for p in url.path.split("/") if p]
             try:
                 if not parts:
-                    doc = index.document()
+                    doc = index.document(params)
+                    live = "/api/runs" + ("?" + urlencode(params) if params else "")
                     self.send_body(200, render_page("runs", doc, {
-                        "liveUrl": "/api/runs", "runLink": "/runs/{runId}"},
+                        "liveUrl": live, "runLink": "/runs/{runId}"},
                         "runs · little ui"), "text/html; charset=utf-8")
                 elif parts == ["api", "runs"]:
-                    doc = index.document()
+                    doc = index.document(params)
                     if since == doc["lastSequence"]:
                         self.send_json({"changed": False})
                     else:
@@ -127,6 +148,8 @@ def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
                     self.send_body(404, "not found\n", "text/plain; charset=utf-8")
             except (lw.RunNotFoundError, lw.WorldPathError) as e:
                 self.send_body(404, f"{e}\n", "text/plain; charset=utf-8")
+            except lw.CatalogueQueryError as e:
+                self.send_body(400, f"{e}\n", "text/plain; charset=utf-8")
 
     return Handler
 

@@ -142,10 +142,7 @@ class RunContext:
         event = self.world.append_event(
             self.run_id, type_, payload, idempotency_key=idempotency_key, durable=durable
         )
-        with self._log_lock:
-            self.log.apply(event)
-        if self.watch is not None:
-            self.watch.saw(event.sequence)
+        self._fold_own(event)
         if type_ in TERMINAL_EVENTS:
             mark_finished(self.world, self.run_id)  # after the terminal event
         return event
@@ -176,11 +173,39 @@ class RunContext:
                 await asyncio.sleep(0)
         finally:
             event = pending.result()
-            with self._log_lock:
-                self.log.apply(event)
-            if self.watch is not None:
-                self.watch.saw(event.sequence)
+            self._fold_own(event)
         return event
+
+    def _fold_own(self, event: Event) -> None:
+        """Fold an event this run appended into its log. Its sequence tells whether
+        anyone else wrote since the last event folded: the next one is the hot path (no
+        read); a jump means others got events in first — another process, `send_event`,
+        `cancel_run`, a holder that lost its lease. Then storage decides: what this run
+        has not seen is read and folded in log order before the run goes on (DESIGN §13)."""
+        with self._log_lock:
+            last = self.log.last_sequence
+            if event.sequence == last + 1:
+                self.log.apply(event)
+                return
+            if event.sequence <= last:
+                return  # folded already: read back with others' events, or a receipt
+            others = self._fold_from_storage()
+            if event.sequence > self.log.last_sequence:  # storage did not show it yet
+                self.log.apply(event)
+        if self.watch is not None and any(e.sequence != event.sequence for e in others):
+            self.watch.wake()
+
+    def _fold_from_storage(self) -> list[Event]:
+        events = self.world.list_events(self.run_id, after=self.log.last_sequence)
+        for e in events:
+            self.log.apply(e)
+        return events
+
+    def fold_new_events(self) -> list[Event]:
+        """Read what was appended to this run after the last event folded into its log
+        (by anyone) and fold it in; returns those events."""
+        with self._log_lock:
+            return self._fold_from_storage()
 
     # ---- paths ----------------------------------------------------------------------
 
@@ -301,6 +326,9 @@ class RunContext:
             # Not fsynced on its own: the step's success (or the next durable event) makes
             # it durable; losing it in a power cut only forgets an attempt number.
             await self.append("step.started", {"stepPath": path, "attempt": attempt}, durable=False)
+            recorded = self._recorded_success(path)
+            if recorded is not None:  # another holder's success came in first
+                return self._served(recorded)
             info = StepInfo(run_id=self.run_id, step_path=path, attempt=attempt, _ctx=self)
             token = set_current(info)
             try:
@@ -330,6 +358,11 @@ class RunContext:
                 raise StepFailedError(self.run_id, path, error_record(e)) from e
             finally:
                 reset_current(token)
+            recorded = self._recorded_success(path)
+            if recorded is not None:
+                # Another holder (one that lost its lease while this attempt ran) recorded
+                # this step's success: that output is the step's, this attempt ends here.
+                return self._served(recorded)
             payload: dict[str, Any] = {"stepPath": path, "attempt": attempt}
             encoded_size = len(canonical_json(value)) if not _is_small_scalar(value) else 0
             if encoded_size > INLINE_OUTPUT_LIMIT:
@@ -339,8 +372,16 @@ class RunContext:
                 payload["outputRef"] = manifest.artifact_ref
             else:
                 payload["output"] = value
-            await self.append("step.succeeded", payload, durable=durable)
+            event = await self.append("step.succeeded", payload, durable=durable)
+            rec = self.log.steps[path]
+            if rec.succeeded_at != event.sequence:  # another success landed first: it wins
+                return self._served(rec)
             return thaw(value)
+
+    def _recorded_success(self, path: str) -> StepRecord | None:
+        """The step's success as the log holds it, once folded in from another writer."""
+        rec = self.log.steps.get(path)
+        return rec if rec is not None and rec.status == "succeeded" else None
 
     async def _invoke(
         self, path: str, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None,
@@ -437,12 +478,6 @@ class RunContext:
     def claim_path(self, path: str) -> None:
         """Check a step path and take it for this run (unique per run)."""
         self._claim(path)
-
-    def apply_events(self, events: Any) -> None:
-        """Fold events other writers appended (signals, cancel requests) into the log."""
-        with self._log_lock:
-            for e in events:
-                self.log.apply(e)
 
     async def sleep(self, path: str, seconds: float) -> None:
         """A durable timer: the wake time is committed first; a resumed run sleeps only

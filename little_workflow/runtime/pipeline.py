@@ -57,7 +57,8 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
                      idempotency_key=f"{call_path}:started")
     try:
         result = await ctx.run_child(available[name], input, world=ctx.world,
-                                     run_id=sub_run_id, pipeline=pipeline)
+                                     run_id=sub_run_id, pipeline=pipeline,
+                                     parent_run_id=ctx.run_id)
     except Exception as e:
         await ctx.append("harness.tool_call.failed", {**base, "error": error_record(e)})
         raise StepFailedError(ctx.run_id, call_path, error_record(e)) from e

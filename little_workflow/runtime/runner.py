@@ -21,6 +21,8 @@ from ..errors import (
     LeaseLostError,
     OutputSchemaError,
     ReplayDivergenceError,
+    RunCancelledError,
+    RunFinishedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
@@ -35,6 +37,13 @@ from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
 from .values import stored_value
+from .waiting import (
+    RunSuspended,
+    RunWatch,
+    cancelled_on_entry,
+    finish_if_cancelled,
+    requested_reason,
+)
 from .workflow import Workflow
 
 T = TypeVar("T")
@@ -127,7 +136,7 @@ def register_version(world: Any, wf: Workflow) -> None:
 
 async def arun_single(
     wf: Workflow, input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
-    suspend: bool = False,
+    suspend: bool = False, parent_run_id: str | None = None,
 ) -> RunResult:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
     must wait (a sleep, an event) releases its lock and returns `status="waiting"`."""
@@ -140,14 +149,13 @@ async def arun_single(
 
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
-        return await _run_locked(world, wf, value, run_id, pipeline, suspend)
+        return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id)
 
 
 async def _run_locked(
-    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False
+    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False,
+    parent_run_id: str | None = None,
 ) -> RunResult:
-    from .waiting import RunSuspended, RunWatch, cancelled_on_entry, finish_if_cancelled
-
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
     input_hash = content_hash(input)
@@ -164,8 +172,29 @@ async def _run_locked(
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
+    try:
+        return await _execute_run(ctx, wf, input, input_hash, parent_run_id)
+    except RunFinishedError:
+        # Another writer ended the run after it was read (a holder that lost its lease
+        # got its last events in first; a canceller that saw no holder): the log says
+        # how it ended, and that is this call's answer.
+        await offload(world, ctx.fold_new_events)
+        if ctx.log.status == "completed":
+            return _result(world, ctx.log, wf)
+        if ctx.log.status == "failed":
+            raise WorkflowFailedError(run_id, None, stored_value(world, ctx.log.error) or {}) from None
+        if ctx.log.status == "cancelled":
+            raise RunCancelledError(run_id, requested_reason(ctx.log)) from None
+        raise
+
+
+async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
+                       parent_run_id: str | None) -> RunResult:
+    world, run_id, log = ctx.world, ctx.run_id, ctx.log
     if log.created is None:
-        await create_run(ctx, wf, input, input_hash)
+        # A sub-run names its parent, so the catalogue can list a pipeline's runs.
+        await create_run(ctx, wf, input, input_hash,
+                         {"parentRunId": parent_run_id} if parent_run_id else None)
     await cancelled_on_entry(ctx)
     await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
     ctx.watch = RunWatch(ctx).start()
@@ -270,8 +299,6 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
     input = stored_value(world, log.created.get("input"))
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      mode="replay", run_child=arun_single)
-    from .waiting import RunSuspended
-
     try:
         with running(ctx):
             output = await wf.fn(ctx, input)

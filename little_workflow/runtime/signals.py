@@ -5,7 +5,9 @@ Records of a wait: `wait.started {stepPath, name, deadline}`; `wait.timed_out {s
 once the deadline passed; `wait.completed {stepPath, name, signalSequence}` (null on a
 timeout). Arrival against timeout is decided by log order: a wait that timed out at
 sequence T still takes a matching event appended before T. A resumed or replayed run
-therefore reaches the same answer from the same log.
+therefore reaches the same answer from the same log — and so does the first execution:
+an event another writer got in just before the run's `wait.timed_out` is folded in by
+that append (its sequence jumps), before the wait picks.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
     while True:
         if watch is not None:
             watch.changed.clear()
+        if rec.get("completed"):  # folded in: a holder that lost its lease ended this wait
+            return signal_payload(ctx, rec.get("signalSequence"))
         if rec["timedOutAt"] is not None:
             hit = pick_signal(log, name, before=rec["timedOutAt"])
             return await _complete(ctx, path, name, hit)

@@ -24,6 +24,7 @@ class StepRecord:
     output: Any = None
     output_ref: str | None = None
     error: dict[str, Any] | None = None
+    succeeded_at: int = 0  # the sequence of the step.succeeded that counts (the first)
 
 
 @dataclass
@@ -108,13 +109,17 @@ class RunLog:
                 if rec.status != "succeeded":
                     rec.status = "running"
             elif t == "step.succeeded":
+                if rec.succeeded_at:
+                    return  # the first recorded success is the step's result
                 rec.status = "succeeded"
+                rec.succeeded_at = e.sequence
                 rec.output = p.get("output")
                 rec.output_ref = p.get("outputRef")
             elif t == "step.failed":
                 rec.failures += 1
-                rec.error = p.get("error")
-                rec.status = "running" if p.get("willRetry") else "failed"
+                if not rec.succeeded_at:
+                    rec.error = p.get("error")
+                    rec.status = "running" if p.get("willRetry") else "failed"
         elif t.startswith("harness.") and t.endswith(".succeeded"):
             key = p.get("callKey")
             if isinstance(key, str):

@@ -1,11 +1,13 @@
 """Following a run's log while this process runs it.
 
 Other writers append to a running run's log: `send_event` (`signal.received`) and
-`cancel_run` (`run.cancel_requested`), from this process or another one. A `RunWatch`
-folds those events into the run's in-memory log and wakes whoever waits on them. In this
-process the writer notifies the watch directly (a wake-up within milliseconds); another
-process's writes are found by reading the log after the last sequence seen, at least
-every `POLL_SECONDS` while the run is blocked and at step boundaries.
+`cancel_run` (`run.cancel_requested`), from this process or another one, and a holder
+that lost its lease may still get a write through. A `RunWatch` folds what they wrote
+into the run's in-memory log (after the last event folded, in log order) and wakes
+whoever waits on it. In this process the writer notifies the watch directly (a wake-up
+within milliseconds); another process's writes are found by reading the log at least
+every `POLL_SECONDS` while the run is blocked and at step boundaries — and whenever one
+of the run's own appends lands past the next sequence (`RunContext._fold_own`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,6 @@ from ..world.models import Event
 POLL_SECONDS = 1.0
 #: How often a run blocked in a wait re-reads its log (another process may send).
 WAIT_POLL_SECONDS = 0.25
-
-#: Event types other writers append to a run that is running somewhere.
-FOREIGN_TYPES = frozenset({"signal.received", "run.cancel_requested"})
 
 
 class RunSuspended(BaseException):
@@ -78,13 +77,11 @@ class RunWatch:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.changed = asyncio.Event()
-        self.cursor = ctx.log.last_sequence
         self.cancel_issued = False  # task.cancel() was called by this watch
         self._notified = threading.Event()
         self._last_poll = time.monotonic()
         self._stopped = False
         self._poll_handle: asyncio.TimerHandle | None = None
-        self._refresh_lock = threading.Lock()
 
     def start(self) -> "RunWatch":
         listen(self.ctx.world, self.ctx.run_id, self)
@@ -128,28 +125,22 @@ class RunWatch:
             self.task.cancel()
 
     def refresh(self) -> list[Event]:
-        """Read what was appended after the last sequence seen; fold other writers'
-        events into the run's log. Returns those events."""
+        """Read what was appended after the last event folded and fold it into the run's
+        log. Returns those events."""
         self._notified.clear()
         self._last_poll = time.monotonic()
-        with self._refresh_lock:
-            events = self.ctx.world.list_events(self.ctx.run_id, after=self.cursor)
-            foreign = [e for e in events if e.type in FOREIGN_TYPES]
-            if events:
-                self.cursor = max(self.cursor, events[-1].sequence)
-            if foreign:
-                self.ctx.apply_events(foreign)
-        if foreign:
+        events = self.ctx.fold_new_events()
+        if events:
             self.changed.set()
-        return foreign
+        return events
 
-    def saw(self, sequence: int) -> None:
-        """The run appended `sequence` itself. Right after what was read, it moves the
-        cursor: a refresh then reads only what others wrote since, not every event of
-        the run's own (thousands a second in a fast run)."""
-        with self._refresh_lock:
-            if sequence == self.cursor + 1:
-                self.cursor = sequence
+    def wake(self) -> None:
+        """Others' events were folded in by one of the run's appends (any thread): wake
+        whoever waits on them."""
+        try:
+            self.loop.call_soon_threadsafe(self.changed.set)
+        except RuntimeError:  # the loop is closed: the run is over
+            pass
 
     def at_boundary(self) -> None:
         """Before a step runs: a cancel request seen (or found by a poll due now) stops
@@ -203,5 +194,6 @@ async def finish_if_cancelled(ctx: Any) -> None:
     if watch is not None and watch.cancel_issued and watch.task is not None:
         watch.task.uncancel()  # this cancellation was ours and is handled here
         watch.cancel_issued = False
-    await ctx.append("run.cancelled", {"reason": requested_reason(ctx.log)})
+    if ctx.log.status != "cancelled":  # else the canceller ended it (it held no lock)
+        await ctx.append("run.cancelled", {"reason": requested_reason(ctx.log)})
     raise RunCancelledError(ctx.run_id, requested_reason(ctx.log))

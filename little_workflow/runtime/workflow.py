@@ -5,19 +5,22 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..errors import SchemaValidationError
 from ..world.ids import content_hash, validate_name, workflow_version_id
 
+if TYPE_CHECKING:
+    import jsonschema
+
 WorkflowFn = Callable[..., Awaitable[Any]]
 
 
-def _validator(schema: dict[str, Any] | None, what: str) -> jsonschema.Draft7Validator | None:
+def _validator(schema: dict[str, Any] | None, what: str) -> "jsonschema.Draft7Validator | None":
     if schema is None:
         return None
+    import jsonschema  # ~45 ms: only for workflows that declare a schema
+
     try:
         jsonschema.Draft7Validator.check_schema(schema)
     except jsonschema.SchemaError as e:
@@ -27,9 +30,11 @@ def _validator(schema: dict[str, Any] | None, what: str) -> jsonschema.Draft7Val
     return jsonschema.Draft7Validator(schema)
 
 
-def validate_against(validator: jsonschema.Draft7Validator | None, value: Any, what: str) -> None:
+def validate_against(validator: "jsonschema.Draft7Validator | None", value: Any, what: str) -> None:
     if validator is None:
         return
+    import jsonschema
+
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is not None:
         path = "$" + "".join(f"[{p!r}]" for p in error.absolute_path)

@@ -8,11 +8,13 @@ otherwise block a test forever).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # asyncio (~60 ms) is imported where a coroutine needs it
+    import asyncio
 
 from ..errors import ClockStalledError
 
@@ -39,6 +41,8 @@ class SystemClock:
             left = when - time.time()
             if left <= 0:
                 return
+            import asyncio
+
             await asyncio.sleep(left)
 
     def __repr__(self) -> str:
@@ -87,6 +91,8 @@ class FakeClock:
         return self.advance(max(0.0, when - self.now()))
 
     async def sleep_until(self, when: float) -> None:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         with self._lock:

@@ -26,6 +26,7 @@ from ..errors import (
 )
 from . import run_deletion
 from .artifacts import ArtifactStore
+from .catalogue import summary_change
 from .clock import SYSTEM_CLOCK, Clock
 from .event_stores import EventStore, PendingAppend
 from .ids import (
@@ -180,6 +181,8 @@ class World:
         self.state = state
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.artifacts = ArtifactStore(publisher, data_dir, state, clock=self.clock)
+        #: The run catalogue (catalogue.py): `lw.list_runs` reads it a page at a time.
+        self.catalogue: Any = getattr(events, "catalogue", None)
         self.max_concurrent_steps = max_concurrent_steps
         #: The World-wide cap on step functions running at once, in any thread or loop.
         self.step_slots = StepSlots(max_concurrent_steps)
@@ -318,12 +321,14 @@ class World:
         if fence is not None:
             fence()
         sequence = ledger.last_sequence + 1
+        created_at = utc_now_iso(self.clock.now())
         event = Event(event_id(run_id, sequence), run_id, sequence, p.type, p.frozen,
-                      utc_now_iso(self.clock.now()), p.idempotency_key, p.digest)
+                      created_at, p.idempotency_key, p.digest)
         data = _envelope_bytes(event, p.payload_json, p.type_json)
         try:
             ticket = self.events.enqueue(run_id, sequence, data, durable=p.durable,
-                                         idempotency_key=p.idempotency_key, epoch=ledger.epoch)
+                                         idempotency_key=p.idempotency_key, epoch=ledger.epoch,
+                                         change=summary_change(p.type, p.frozen, created_at))
         except OSError as e:  # disk full, read-only: nothing was published
             raise storage_error(e, self.events.description) from None
         # Noted before the commit, so the next append of this run can be allocated

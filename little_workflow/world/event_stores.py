@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
 from ..errors import StorageError
+from .catalogue import FileCatalogue, SqliteCatalogue, StoreCatalogue, SummaryTracker, changes_status
 from .ids import RUN_ID_RE
 from .publish import Publisher
 from .storage_errors import storage_error
@@ -32,11 +33,13 @@ class PendingAppend:
     every later append of the same `epoch` failed too (the log never has a hole)."""
 
     __slots__ = ("run_id", "sequence", "data", "durable", "idempotency_key", "epoch",
-                 "done", "published", "error", "first_lost", "_store")
+                 "done", "published", "error", "first_lost", "_store", "change")
 
     def __init__(self, run_id: str, sequence: int, data: bytes, durable: bool,
-                 idempotency_key: str | None, epoch: int, store: "EventStore | None" = None):
+                 idempotency_key: str | None, epoch: int, store: "EventStore | None" = None,
+                 change: tuple | None = None):
         self.run_id, self.sequence, self.data = run_id, sequence, data
+        self.change = change  # what it changes in the run's catalogue summary (catalogue.py)
         self.durable, self.idempotency_key, self.epoch = durable, idempotency_key, epoch
         self.done = False
         self.published = False
@@ -62,13 +65,16 @@ class EventStore(ABC):
     description: str = ""
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
-                idempotency_key: str | None, epoch: int = 0) -> PendingAppend:
+                idempotency_key: str | None, epoch: int = 0,
+                change: tuple | None = None) -> PendingAppend:
         """Hand event `sequence` to the store. The World calls this in sequence order per
         run (under the run's lock) and waits outside the lock. This default publishes
         at once, so publication stays in order (file stores: readers probe sequences
-        upward, and N+1 must never be visible before N)."""
+        upward, and N+1 must never be visible before N). `change`: what the event
+        changes in the run's catalogue summary (`catalogue.summary_change`)."""
         if self.publish_if_absent(run_id, sequence, data, durable=durable,
                                   idempotency_key=idempotency_key):
+            self.published(run_id, sequence, change, durable)
             return PUBLISHED
         p = PendingAppend(run_id, sequence, data, durable, idempotency_key, epoch)
         p.done = True
@@ -76,6 +82,10 @@ class EventStore(ABC):
 
     def wait_for(self, pending: PendingAppend) -> None:
         """Block until `pending` is settled (stores that commit later)."""
+        return None
+
+    def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
+        """After event `sequence` is published: keep the run catalogue (file stores)."""
         return None
 
     @abstractmethod
@@ -114,6 +124,7 @@ class FileEventStore(EventStore):
     def __init__(self, publisher: Publisher, root: str):
         self.publisher = publisher
         self.root = root
+        self.catalogue = FileCatalogue(publisher, root, self.read_after)
         self.blocking = publisher.blocking
         self.description = f"{type(publisher.fs).__name__} at {root}/events"
         # Object stores answer one listing faster than N probes; elsewhere a probe by name
@@ -122,6 +133,9 @@ class FileEventStore(EventStore):
 
     def run_dir(self, run_id: str) -> str:
         return f"{self.root}/events/{run_id}"
+
+    def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
+        self.catalogue.note(run_id, sequence, change, durable)
 
     def event_path(self, run_id: str, sequence: int) -> str:
         return f"{self.root}/events/{run_id}/{sequence:010d}.json"
@@ -179,6 +193,7 @@ class FileEventStore(EventStore):
 
     def sync(self) -> None:
         self.publisher.sync()
+        self.catalogue.flush()  # summaries that waited for their events to be durable
 
     def delete_run(self, run_id: str) -> int:
         # Highest sequence first: a crash part-way leaves events 1..k, a shorter log
@@ -224,6 +239,12 @@ class SqliteEventStore(EventStore):
         # run id -> (epoch, first lost sequence, error or None for "taken"): later appends
         # of that epoch fail the same way, so a failed commit never leaves a hole.
         self._lost: dict[str, tuple[int, int, BaseException | None]] = {}
+        #: True when the World was written before the run catalogue existed (local.py
+        #: builds it when the World is opened).
+        self.catalogue_needs_build = False
+        self.catalogue = StoreCatalogue(self)
+        #: What this process folded of each run since writing its summary (catalogue.py).
+        self.summaries = SummaryTracker()
         try:
             self._conn = sqlite3.connect(
                 db_path, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -259,6 +280,7 @@ class SqliteEventStore(EventStore):
             " ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL"
         )
         self._check_pages()
+        self.catalogue_needs_build = SqliteCatalogue.create_schema(c)
 
     def _check_pages(self) -> None:
         """Refuse a damaged store before anything is written into it. SQLite finds a bad
@@ -349,8 +371,9 @@ class SqliteEventStore(EventStore):
                             idempotency_key=idempotency_key).wait()
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
-                idempotency_key: str | None, epoch: int = 0) -> PendingAppend:
-        p = PendingAppend(run_id, sequence, data, durable, idempotency_key, epoch, self)
+                idempotency_key: str | None, epoch: int = 0,
+                change: tuple | None = None) -> PendingAppend:
+        p = PendingAppend(run_id, sequence, data, durable, idempotency_key, epoch, self, change)
         with self._queue_cond:
             lost = self._lost.get(run_id)
             if lost is not None:
@@ -394,12 +417,17 @@ class SqliteEventStore(EventStore):
     def _commit(self, batch: list[PendingAppend]) -> tuple[list[bool | None], BaseException | None]:
         rows = [(p.run_id, p.sequence, p.idempotency_key, p.data.decode("utf-8")) for p in batch]
         durable = False
-        for p in batch:
+        changes = None
+        for i, p in enumerate(batch):
             if p.durable:
                 durable = True
-                break
+            if p.change is not None:
+                if changes is None:
+                    changes = [None] * len(batch)
+                changes[i] = p.change
         try:
-            return self._retrying(self.commit_rows, rows, durable=durable), None
+            extra = {"changes": changes} if changes is not None else {}
+            return self._retrying(self.commit_rows, rows, durable=durable, **extra), None
         except BaseException as e:
             return [], e
 
@@ -434,34 +462,49 @@ class SqliteEventStore(EventStore):
                 kept.append(p)
         self._queue = kept
 
-    def commit_rows(self, rows: list[tuple], *, durable: bool) -> list[bool | None]:
+    def commit_rows(self, rows: list[tuple], *, durable: bool,
+                    changes: list[tuple | None] | None = None) -> list[bool | None]:
         """Insert rows `(run_id, sequence, idempotency_key, envelope)` in one transaction:
         True for a row inserted, False for one whose sequence (or idempotency key) is
-        taken, None for a later row of that run, skipped. Runs under the connection lock
-        (see _retrying)."""
+        taken, None for a later row of that run, skipped. `changes` (parallel to rows)
+        are folded into the run catalogue in the same transaction. Runs under the
+        connection lock (see _retrying)."""
         self._set_synchronous(durable)
         conn = self._conn
-        if len(rows) == 1 and self._wal_prefilled:
+        summaries = self.summaries
+        if len(rows) == 1 and self._wal_prefilled and (
+                changes is None or changes[0] is None or not changes_status(changes[0])):
             # One row is its own transaction: in autocommit mode the INSERT takes the
             # write lock when it starts (as BEGIN IMMEDIATE would) and commits when it
             # ends, with the same synchronous setting, in one statement instead of three.
-            return [self.insert_row(rows[0])]
+            # A step count is folded in memory: it is written with the next status change.
+            ok = self.insert_row(rows[0])
+            if ok:
+                summaries.note(rows[0][0], rows[0][1], changes[0] if changes else None)
+            return [ok]
         conn.execute("BEGIN IMMEDIATE")
         try:
             if not self._wal_prefilled:
                 self._prefill_wal()
             results: list[bool | None] = []
             taken: set[str] = set()
-            for row in rows:
+            changed: list[str] = []
+            for i, row in enumerate(rows):
                 if row[0] in taken:
                     results.append(None)
                     continue
                 ok = self.insert_row(row)
                 if not ok:
                     taken.add(row[0])
+                elif summaries.note(row[0], row[1], changes[i] if changes else None):
+                    changed.append(row[0])
                 results.append(ok)
+            if changed:
+                SqliteCatalogue.write_pending(conn, summaries, dict.fromkeys(changed))
             conn.execute("COMMIT")
         except BaseException:
+            for row in rows:  # what was noted did not commit: fold the log next time
+                summaries.forget(row[0])
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
@@ -472,6 +515,27 @@ class SqliteEventStore(EventStore):
         return self._conn.execute(
             "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
             " VALUES (?, ?, ?, ?)", row).rowcount == 1
+
+    def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn(connection)` under the connection lock (reads of the run catalogue)."""
+        return self._retrying(lambda: fn(self._conn))
+
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn(connection)` in one durable write transaction."""
+        def run() -> T:
+            self._set_synchronous(True)
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return out
+
+        return self._retrying(run)
 
     def read_after(self, run_id: str, after: int) -> list[tuple[int, bytes]]:
         def select() -> list[tuple[int, bytes]]:

@@ -57,7 +57,7 @@ def local_world(
                 )
                 state.closers.append(store.close)
                 weakref.finalize(state, store.close)
-        return World(
+        world = World(
             kind="local",
             files=fs,
             data_dir=root,
@@ -69,6 +69,8 @@ def local_world(
             host_sources_allowed=True,
             clock=clock,
         )
+        world.catalogue.ensure_built()
+        return world
     except BaseException:
         state.closed()  # no World took the count
         raise

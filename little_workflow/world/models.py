@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
 
 
 def _immutable(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
@@ -58,15 +56,6 @@ def thaw(value: Any) -> Any:
     return value
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, alias_generator=to_camel, populate_by_name=True, arbitrary_types_allowed=True
-    )
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
-
-
 @dataclass(frozen=True, slots=True)
 class Event:
     """One committed event. A frozen slots dataclass rather than a pydantic model: events
@@ -111,7 +100,20 @@ class Event:
         return self.to_envelope()
 
 
-class ArtifactManifest(_Frozen):
+#: (attribute, JSON name, type) of every manifest field, in order.
+MANIFEST_FIELDS = (
+    ("artifact_id", "artifactId", str), ("artifact_ref", "artifactRef", str),
+    ("run_id", "runId", str), ("step_path", "stepPath", str), ("name", "name", str),
+    ("content_type", "contentType", str), ("encoding", "encoding", str),
+    ("sha256", "sha256", str), ("size_bytes", "sizeBytes", int), ("created_at", "createdAt", str),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactManifest:
+    """An artifact's manifest (DESIGN §4). A frozen dataclass, so that opening a World
+    does not import pydantic (~90 ms)."""
+
     artifact_id: str
     artifact_ref: str
     run_id: str
@@ -122,3 +124,29 @@ class ArtifactManifest(_Frozen):
     sha256: str
     size_bytes: int
     created_at: str
+
+    @classmethod
+    def model_validate(cls, doc: Any) -> "ArtifactManifest":
+        """From the stored JSON (camelCase; snake_case accepted); ValueError naming the
+        first field that is missing or of the wrong type."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"a manifest is a JSON object, not {type(doc).__name__}")
+        values = []
+        for attr, key, kind in MANIFEST_FIELDS:
+            value = doc.get(key, doc.get(attr))
+            if value is None:
+                raise ValueError(f"{key}: field required")
+            if kind is int and isinstance(value, str) and value.isdigit():
+                value = int(value)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ValueError(f"{key}: expected {kind.__name__}, got {type(value).__name__}")
+            values.append(value)
+        return cls(*values)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, attr) for attr, key, _ in MANIFEST_FIELDS}
+
+    def model_dump(self, mode: str = "json", by_alias: bool = False) -> dict[str, Any]:
+        if by_alias:
+            return self.to_json_dict()
+        return {attr: getattr(self, attr) for attr, _, _ in MANIFEST_FIELDS}

@@ -78,6 +78,16 @@ class Publisher(ABC):
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
 
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str]:
+        """Up to `limit` names directly under `path` that sort after `start_after`, in
+        order (the run catalogue reads its key indexes this way). Default: one listing
+        of the folder; object stores override it with a listing that starts at a key."""
+        import bisect
+
+        names = self.list_names(path)
+        i = bisect.bisect_right(names, start_after) if start_after else 0
+        return names[i:i + limit]
+
     def remove(self, path: str, *, durable: bool = True) -> bool:
         """Remove the file at `path`; False when there was none. `durable=False`: a
         removal a power cut may undo (for entries whose return does no harm)."""
@@ -373,6 +383,9 @@ class PrefixedPublisher(Publisher):
 
     def list_names(self, path: str) -> list[str]:
         return self.inner.list_names(self._join(path))
+
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str]:
+        return self.inner.list_page(self._join(path), start_after, limit)
 
     def sync(self) -> None:
         self.inner.sync()

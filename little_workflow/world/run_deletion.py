@@ -62,6 +62,8 @@ def finish_deletion(world: Any, run_id: str) -> int:
         freed += _remove_file(world, f"artifacts/blobs/{aid}.bin")
         world.state.known_artifacts.discard(aid)
     freed += _remove_tree(world, f"runs/{run_id}")
+    if world.catalogue is not None:
+        world.catalogue.forget(run_id)  # before the log: never a summary without one
     freed += world.events.delete_run(run_id)
     # This process forgets the run: a reused id allocates from sequence 1 again.
     with world.state.lock:

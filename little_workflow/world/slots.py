@@ -7,9 +7,12 @@ whichever thread frees a slot."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # asyncio (~60 ms) is imported where a coroutine needs it
+    import asyncio
 
 
 class StepSlots:
@@ -27,6 +30,8 @@ class StepSlots:
     async def acquire(self) -> None:
         if self.cap is None:
             return
+        import asyncio
+
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._used < self.cap and not self._waiters:

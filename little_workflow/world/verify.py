@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LittleWorkflowError
+from .catalogue import FINISHED_STATUSES, fold_envelopes
 from .ids import RUN_ID_RE, event_id, find_artifact_refs, request_digest
 
 
@@ -16,6 +17,10 @@ class VerifyReport:
     events_checked: int = 0
     artifacts_checked: int = 0
     problems: dict[str, list[str]] = field(default_factory=dict)  # run id or "artifacts"
+    #: Runs whose catalogue summary lags behind their log (a crash between an event and
+    #: its summary): not damage — the log is the truth — and `rebuild_catalogue` (`little
+    #: verify --repair`) brings them up to date.
+    catalogue_stale: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -28,6 +33,7 @@ class VerifyReport:
         return {
             "ok": self.ok, "runsChecked": self.runs_checked, "eventsChecked": self.events_checked,
             "artifactsChecked": self.artifacts_checked, "problems": self.problems,
+            "catalogueStale": self.catalogue_stale,
         }
 
 
@@ -62,6 +68,7 @@ def verify_world(world: Any) -> VerifyReport:
         if sequences != expected:
             missing = sorted(set(range(1, (max(sequences) if sequences else 0) + 1)) - set(sequences))
             report.add(run_id, f"event sequence is not contiguous: missing {missing[:10]}")
+        envelopes = []
         for seq in sequences:
             report.events_checked += 1
             raw = events.read_one(run_id, seq)
@@ -76,12 +83,36 @@ def verify_world(world: Any) -> VerifyReport:
             except (ValueError, TypeError, AttributeError) as e:
                 report.add(run_id, f"event {seq}: unreadable or inconsistent ({e})")
                 continue
+            envelopes.append(env)
             for ref in sorted(find_artifact_refs(env.get("payload"))):
                 try:
                     world.artifacts.read_manifest(ref)
                 except LittleWorkflowError as e:
                     report.add(run_id, f"event {seq} references {ref}: {e}")
+        if world.catalogue is not None and run_id not in report.problems:
+            _check_summary(world, run_id, envelopes, report)
     return report
+
+
+SUMMARY_FIELDS = ("status", "workflowId", "createdAt", "waiting", "error", "parentRunId")
+
+
+def _check_summary(world: Any, run_id: str, envelopes: list[dict[str, Any]],
+                   report: VerifyReport) -> None:
+    expected = fold_envelopes(run_id, envelopes)
+    found = world.catalogue.summary(run_id)
+    if expected is None:
+        return
+    # A step count is written with the next status change: it may trail while a run runs.
+    fields = SUMMARY_FIELDS + (("steps",) if expected["status"] in FINISHED_STATUSES else ())
+    if found is None or any(found.get(k) != expected.get(k) for k in fields):
+        report.catalogue_stale.append(run_id)
+
+
+def rebuild_catalogue(world: Any) -> int:
+    """Re-fold every run's catalogue summary from its log (`little verify --repair`),
+    with progress on stderr for a large World. The number of runs folded."""
+    return int(world.catalogue.rebuild())
 
 
 def _check_outer_loop_manifests(world: Any, logged: set[str], report: VerifyReport) -> None:

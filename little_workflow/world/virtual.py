@@ -75,7 +75,7 @@ def virtual_world(
     publisher.ensure_dir(root)
     state = storage_state_for(fs, root)
     try:
-        return World(
+        world = World(
             kind=f"virtual({type(fs).__name__})",
             files=fs,
             data_dir=root,
@@ -87,6 +87,8 @@ def virtual_world(
             host_sources_allowed=False,
             clock=clock,
         )
+        world.catalogue.ensure_built()
+        return world
     except BaseException:
         state.closed()  # no World took the count
         raise

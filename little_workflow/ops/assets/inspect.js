@@ -381,7 +381,9 @@
     app.replaceChildren(el("header", {}, el("div", { class: "top" }, el("h1", {}, "little-workflow runs"),
       el("small", {}, d.dataDir || ""), CONFIG.liveUrl ? el("span", { class: "live" }, "● live") : null)),
     el("section", {}, el("div", { class: "filters" }, select, el("span", { class: "count" }, shown.length + " runs")),
-      el("table", { class: "runs" }, el("thead", {}, el("tr", {}, ["run id", "status", "workflow", "started", "duration", "steps", "waiting for / error"].map((h) => el("th", {}, h)))), body)));
+      el("table", { class: "runs" }, el("thead", {}, el("tr", {}, ["run id", "status", "workflow", "started", "duration", "steps", "waiting for / error"].map((h) => el("th", {}, h)))), body),
+      // One catalogue page at a time (?status=…&workflow=…&cursor=…): the next one is a link.
+      d.nextPage ? el("p", {}, el("a", { href: d.nextPage, "data-next-page": "1" }, "next page →")) : null));
   }
 
   // ---- start, and live updates -----------------------------------------------------
