@@ -1,4 +1,4 @@
-"""Demo 2: an orchestrator that reads accumulated pipeline memory on each run and writes
+"""Demo 3: an orchestrator that reads accumulated pipeline memory on each run and writes
 a better plan over time. Deterministic and offline: the "model" is a plain function you
 can swap for a real client.
 

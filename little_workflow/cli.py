@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import sys
 from typing import Any, Callable
@@ -12,10 +13,12 @@ import click
 
 import little_workflow as lw
 
+from .errors import failure_text, fork_point_list
 from .ops.cli_support import (
     error_text,
     format_duration,
     format_started,
+    is_damaged_events_db,
     is_storage_client_error,
     load_workflow,
     load_workflows,
@@ -46,16 +49,20 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.message}", err=True)
 
 
-def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = False) -> Any:
+def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = False,
+                  on_damaged: Callable[..., Any] | None = None) -> Any:
     """`--data-dir DIR` / `--world URL` for a command, which gets `world=`. A read-only
-    command (`@world_options(read_only=True)`) never creates a data dir."""
+    command (`@world_options(read_only=True)`) never creates a data dir. A damaged
+    events.db is refused when opened; `on_damaged(data_dir, error, **kwargs)` is called
+    instead of the command where it can do better (verify: what can still be read)."""
     if fn is None:
-        return functools.partial(world_options, read_only=read_only)
+        return functools.partial(world_options, read_only=read_only, on_damaged=on_damaged)
 
     @click.option("--data-dir", default=None, metavar="DIR",
-                  help="local_world data dir (default .little-workflow)")
+                  help="local_world data dir (default $LITTLE_DATA_DIR, else .little-workflow)")
     @click.option("--world", "world_url", default=None, metavar="URL",
-                  help="virtual_world fsspec URL, e.g. memory://wf or file:///data/wf")
+                  help="virtual_world: an fsspec URL (memory://wf, s3://bucket/wf) or a "
+                       "path, as world=\"dir\" makes (default $LITTLE_WORLD)")
     @functools.wraps(fn)
     def wrapper(*args: Any, data_dir: str | None, world_url: str | None, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
@@ -64,10 +71,18 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
         world_url = world_url or parent.get("world_url")
         if data_dir and world_url:
             raise UserError("give --data-dir or --world, not both")
+        if not data_dir and not world_url:
+            data_dir, world_url = world_from_environment()
         ctx.meta["little.world_args"] = (["--data-dir", data_dir] if data_dir else
                                          ["--world", world_url] if world_url else [])
-        world = open_world(data_dir, world_url, read_only=read_only, run_id=kwargs.get("run_id"),
-                           note=lambda line: click.echo(line, err=True))
+        try:
+            world = open_world(data_dir, world_url, read_only=read_only,
+                               run_id=kwargs.get("run_id"),
+                               note=lambda line: click.echo(line, err=True))
+        except lw.StorageError as e:
+            if on_damaged is None or not is_damaged_events_db(e):
+                raise
+            return on_damaged(os.path.dirname(os.path.dirname(e.path)), e, **kwargs)
         try:
             return fn(*args, world=world, **kwargs)
         except Exception as e:
@@ -78,6 +93,16 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
             world.close()
 
     return wrapper
+
+
+def world_from_environment() -> tuple[str | None, str | None]:
+    """(data dir, world URL) from LITTLE_DATA_DIR / LITTLE_WORLD, when no option is given."""
+    data_dir = os.environ.get("LITTLE_DATA_DIR") or None
+    world_url = os.environ.get("LITTLE_WORLD") or None
+    if data_dir and world_url:
+        raise UserError("both LITTLE_DATA_DIR and LITTLE_WORLD are set: unset one, or give "
+                        "--data-dir or --world")
+    return data_dir, world_url
 
 
 def _console() -> Any:
@@ -142,7 +167,9 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
         if as_json:
             _dump({"runId": run_id, "status": "failed", "output": None, "workflowId": wf.id,
                    "error": e.error})
-        message = f"run {run_id} failed: {error_text(e.error)}"
+        if e.traceback and not as_json:
+            click.echo(e.traceback.rstrip("\n"), err=True)
+        message = str(e)
         if before == "failed":
             message += (" — this is the stored result of an earlier attempt (a failed run is "
                         f"not run again); to run it again from the failed step: little fork {run_id}")
@@ -245,7 +272,12 @@ def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None,
 def cancel(run_id: str, reason: str | None, world: Any) -> None:
     """Cancel a run (a running one stops at its next step, sleep or wait)."""
     lw.cancel_run(world, run_id, reason=reason)
-    click.echo(f"{run_id} {lw.materialize_run_state(world, run_id).status}")
+    status = lw.materialize_run_state(world, run_id).status
+    if status == "cancelled":
+        click.echo(f"{run_id} cancelled")
+    else:  # another process runs it: it sees the request at its next boundary
+        click.echo(f"{run_id}: cancel requested; it is {status} elsewhere and stops at its "
+                   "next step, sleep or wait")
 
 
 @cli.command()
@@ -256,7 +288,11 @@ def cancel(run_id: str, reason: str | None, world: Any) -> None:
 @world_options
 def fork(run_id: str, from_step: str | None, new_run_id: str | None, world: Any) -> None:
     """Fork a run: a new run keeping the history before a step (run it with a worker)."""
-    click.echo(lw.fork_run(world, run_id, from_step=from_step, new_run_id=new_run_id))
+    try:
+        click.echo(lw.fork_run(world, run_id, from_step=from_step, new_run_id=new_run_id))
+    except lw.ForkPointError as e:
+        raise UserError(f"run {run_id}: {e.reason}; give --from-step PATH, one of: "
+                        f"{fork_point_list(e.fork_points)}") from None
 
 
 def _load_workflows(target: str) -> list[Any]:
@@ -267,19 +303,22 @@ def _load_workflows(target: str) -> list[Any]:
 @click.argument("targets", nargs=-1, required=True, metavar="MODULE[:WORKFLOW]...")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--until-idle", is_flag=True, help="return when nothing is due")
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object per line on stdout per run started, completed, failed...")
 @world_options
-def worker(targets: tuple[str, ...], concurrency: int, until_idle: bool, world: Any) -> None:
-    """Execute runs of these workflows as they become due (stop with Ctrl-C or SIGTERM)."""
+def worker(targets: tuple[str, ...], concurrency: int, until_idle: bool, as_json: bool,
+           world: Any) -> None:
+    """Execute runs of these workflows as they become due (stop with Ctrl-C or SIGTERM:
+    a first Ctrl-C waits for the runs in flight, a second stops at once)."""
+    from .ops.worker_report import WorkerReport
+
     workflows = [wf for t in targets for wf in _load_workflows(t)]
-    w = lw.Worker(world, workflows=workflows, concurrency=concurrency)
+    report = WorkerReport(world, as_json=as_json, say=lambda line: click.echo(line, err=True),
+                          emit=click.echo)
+    w = lw.Worker(report.traced(), workflows=workflows, concurrency=concurrency)
     click.echo(f"worker: {', '.join(sorted({wf.id for wf in workflows}))} "
                f"on {world.data_dir}", err=True)
-    if until_idle:
-        w.run_until_idle()
-        w.close()
-    else:
-        w.run()
-    click.echo(f"worker stopped after {w.runs_executed} run executions", err=True)
+    sys.exit(report.run(w, until_idle=until_idle))
 
 
 def _require_run(world: Any, run_id: str) -> list[Any]:
@@ -316,9 +355,12 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
         table.add_row(str(e.sequence), e.type, detail, e.created_at)
     _console().print(table)
     failed = [e for e in evs if e.type == "run.failed" and isinstance(e.payload, dict)]
-    if failed:  # in full, whatever the table had room for (a long message read back)
-        error = stored_value(world, failed[-1].payload.get("error"))
-        click.echo(f"run failed: {error_text(error)}")
+    if failed:  # in full, whatever the table had room for, after where it failed
+        payload = failed[-1].payload
+        if isinstance(payload.get("traceback"), str):
+            click.echo(payload["traceback"].rstrip("\n"))
+        error = stored_value(world, payload.get("error"))  # a long message read back
+        click.echo(f"run failed: {failure_text(run_id, error or {})}")
 
 
 @cli.command("inspect")
@@ -370,16 +412,58 @@ def replay(run_id: str, as_json: bool, world: Any) -> None:
         click.echo("output: " + json.dumps(state.output, ensure_ascii=False))
 
 
+@cli.command("replay-check")
+@click.argument("target", metavar="MODULE:WORKFLOW")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+@world_options(read_only=True)
+def replay_check(target: str, run_ids: tuple[str, ...], world: Any) -> None:
+    """Check this code against stored runs (default: every run of the workflow): each is
+    re-executed against its log calling no step (lw.replay_run). Exit 1 if one diverges.
+    (`little replay RUN_ID` shows a run's stored state instead.)"""
+    wf = _load_workflow(target)
+    if not run_ids:
+        run_ids = tuple(r for r in world.list_runs() if _workflow_of(world, r) == wf.id)
+        if not run_ids:
+            raise UserError(f"no run of workflow {wf.id!r} in {world.data_dir}")
+    diverged = 0
+    for run_id in run_ids:
+        _require_run(world, run_id)
+        try:
+            result = lw.replay_run(world, run_id, wf)
+        except lw.ReplayDivergenceError as e:
+            diverged += 1
+            click.echo(f"{run_id}: diverges at step {e.step_path!r}: "
+                       f"{str(e).split(': ', 1)[-1]}")
+            continue
+        click.echo(f"{run_id}: ok ({result.status})")
+    if diverged:
+        click.echo(f"runs diverging from this code: {diverged} of {len(run_ids)}", err=True)
+        sys.exit(1)
+
+
+def _workflow_of(world: Any, run_id: str) -> str | None:
+    try:
+        first = world.read_event(run_id, 1).payload
+    except lw.LittleWorkflowError:
+        return None
+    return first.get("workflowId") if isinstance(first, dict) else None
+
+
 @cli.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--show", default=None, metavar="ARTIFACT",
+              help="print this artifact's content (its name, step/name or artifact:// ref)")
 @world_options(read_only=True)
-def artifacts(run_id: str, as_json: bool, world: Any) -> None:
-    """List a run's artifacts."""
+def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
+    """List a run's artifacts, or print one's content (--show)."""
     lw.world.ids.validate_run_id(run_id)
     manifests = world.list_artifacts(run_id)
     if not manifests:
         _require_run(world, run_id)
+    if show is not None:
+        _show_artifact(world, run_id, manifests, show)
+        return
     if as_json:
         _dump([m.to_json_dict() for m in manifests])
         return
@@ -391,12 +475,47 @@ def artifacts(run_id: str, as_json: bool, world: Any) -> None:
     _console().print(table)
 
 
+def _show_artifact(world: Any, run_id: str, manifests: list[Any], wanted: str) -> None:
+    found = [m for m in manifests if wanted in (m.artifact_ref, m.artifact_id, m.name,
+                                               f"{m.step_path}/{m.name}")]
+    if len(found) != 1:
+        names = ", ".join(sorted({f"{m.step_path}/{m.name}" for m in manifests})) or "none"
+        what = "no artifact" if not found else "more than one artifact named"
+        raise UserError(f"run {run_id} has {what} {wanted!r}; its artifacts: {names}")
+    value = world.read_artifact(found[0].artifact_ref)
+    if isinstance(value, bytes):
+        sys.stdout.buffer.write(value)  # as stored: pipe it to a file or a viewer
+        sys.stdout.buffer.flush()
+    elif isinstance(value, str):
+        click.echo(value)
+    else:
+        _dump(value)
+
+
+def _verify_damaged(data_dir: str, error: Any, as_json: bool, repair: bool = False) -> None:
+    # --repair rebuilds the catalogue from the logs: nothing to rebuild into a damaged file.
+    from .ops.salvage import salvage_events
+
+    report = salvage_events(data_dir, error.problem)
+    if as_json:
+        _dump(report.to_json_dict())
+    else:
+        click.echo(f"{report.db_path} is damaged: {report.damage}")
+        read = sum(report.readable.values())
+        click.echo(f"readable: {len(report.readable)} runs whole ({read} events)")
+        if report.unreadable:
+            click.echo(f"unreadable: {len(report.unreadable)} runs: "
+                       + ", ".join(sorted(report.unreadable)))
+        click.echo("nothing is written to it any more: restore it from a backup or move it away")
+    sys.exit(1)
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--repair", is_flag=True,
               help="first rebuild the run catalogue from the logs (after a crash, or for a World "
                    "written by an older version)")
-@world_options(read_only=True)
+@world_options(read_only=True, on_damaged=_verify_damaged)
 def verify(as_json: bool, repair: bool, world: Any) -> None:
     """Re-hash every artifact and check every run's log (exit 1 on any problem)."""
     if repair:

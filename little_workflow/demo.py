@@ -26,7 +26,7 @@ LEDGER_ENV = "LITTLE_DEMO_LEDGER"
 def _work(i: int, delay: float) -> dict[str, Any]:
     # The ledger records every real call, so the demo can prove what ran twice (nothing).
     with open(os.environ[LEDGER_ENV], "a") as f:
-        f.write(f"{os.getpid()} step-{i}\n")
+        f.write(f"{os.getpid()} square-{i}\n")  # named as the step path is
     time.sleep(delay)
     return {"step": i, "square": i * i}
 
@@ -87,7 +87,7 @@ def run_demo(data_dir: str = ".little-workflow", say: Callable[[str], None] = pr
     result = lw.run_workflow(squares, {"steps": STEPS, "delay": 0.4}, world=world, run_id=run_id)
     after = _ledger(ledger)[len(before):]
     say(f"3. started run {run_id} again: it called only {', '.join(after) or 'nothing'}")
-    rerun = sorted(set(after) & {p.replace("square-", "step-") for p in completed})
+    rerun = sorted(set(after) & set(completed))
     say(f"   completed steps called again: {', '.join(rerun) or 'none'}")
     say(f"4. output: {result.output} (status {result.status})")
     return {"runId": run_id, "completedBeforeKill": completed, "calledAfterResume": after,

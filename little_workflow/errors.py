@@ -108,11 +108,27 @@ class WorkflowMismatchError(InputMismatchError):
         self.run_id, self.stored_hash, self.new_hash = run_id, stored, asked
 
 
+def failure_text(run_id: str, error: dict[str, Any]) -> str:
+    """`Type: message` of a run's error record, without repeating the run id: a step's
+    failure reads "step 'parse' failed: ValueError: ...", the rest "KeyError: 'x'"."""
+    message = str(error.get("message"))
+    for prefix in (f"run {run_id}, ", f"run {run_id}: "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    if error.get("type") in (None, "StepFailedError"):
+        return message  # it names the step and the step's own error type already
+    return f"{error.get('type')}: {message}"
+
+
 class WorkflowFailedError(LittleWorkflowError):
-    def __init__(self, run_id: str, cause: BaseException | None, error: dict[str, Any]):
-        self.run_id, self.cause, self.error = run_id, cause, error
+    """A run failed. `error` is its stored `{type, message}`; `traceback` the stored
+    traceback text (bounded) when the failure was recorded with one."""
+
+    def __init__(self, run_id: str, cause: BaseException | None, error: dict[str, Any],
+                 traceback: str | None = None):
+        self.run_id, self.cause, self.error, self.traceback = run_id, cause, error, traceback
         self.__cause__ = cause
-        super().__init__(f"run {run_id} failed: {error.get('type')}: {error.get('message')}")
+        super().__init__(f"run {run_id} failed: {failure_text(run_id, error)}")
 
 
 class OutputSchemaError(WorkflowFailedError, SchemaValidationError):
@@ -122,6 +138,7 @@ class OutputSchemaError(WorkflowFailedError, SchemaValidationError):
     def __init__(self, run_id: str, cause: SchemaValidationError):
         self.run_id, self.cause, self.__cause__ = run_id, cause, cause
         self.error = {"type": "SchemaValidationError", "message": str(cause)}
+        self.traceback = None
         self.what, self.message, self.json_path = cause.what, cause.message, cause.json_path
         Exception.__init__(self, f"run {run_id} failed: {cause}")
 
@@ -136,6 +153,43 @@ class StepError(LittleWorkflowError, ValueError):
     def __init__(self, run_id: str, step_path: str, message: str):
         self.run_id, self.step_path = run_id, step_path
         super().__init__(f"run {run_id}, step {step_path!r}: {message}")
+
+
+class ForkPointError(StepError):
+    """`fork_run` was not told, or told wrongly, where to fork from. `fork_points` are the
+    step paths it can fork from, in the order the run reached them (a parallel group's
+    path included); `reason` is the problem without the hint, for a CLI to phrase its own."""
+
+    def __init__(self, run_id: str, from_step: str | None, reason: str, fork_points: list[str]):
+        self.run_id, self.from_step, self.reason = run_id, from_step, reason
+        self.step_path = from_step or ""  # StepError's field: "" when none was asked for
+        self.fork_points = fork_points
+        LittleWorkflowError.__init__(self, f"run {run_id}: {reason}; pass from_step= "
+                                     f"one of: {fork_point_list(fork_points)}")
+
+
+def fork_point_list(points: list[str], shown: int = 12) -> str:
+    if not points:
+        return "(none: the run reached no step)"
+    more = f", … ({len(points) - shown} more)" if len(points) > shown else ""
+    return ", ".join(points[:shown]) + more
+
+
+class ClockStalledError(LittleWorkflowError):
+    """A run sleeps on a FakeClock that nobody advanced for `stalled_seconds` of real time,
+    in a call that does not suspend: it would block forever. Not a failure of the run: it
+    stays unfinished."""
+
+    def __init__(self, wake_at: str, stalled_seconds: float, run_id: str | None = None,
+                 step_path: str | None = None):
+        self.wake_at, self.stalled_seconds = wake_at, stalled_seconds
+        self.run_id, self.step_path = run_id, step_path
+        where = f"run {run_id}, step {step_path!r}: " if run_id else ""
+        super().__init__(
+            f"{where}sleeping until {wake_at} on a FakeClock nobody advanced for "
+            f"{stalled_seconds:g} s of real time; run it with suspend=True (it returns status "
+            "'waiting'; advance the clock, e.g. lw_clock.advance(seconds), and run it again), "
+            "or advance the clock from another thread")
 
 
 class NotInStepError(LittleWorkflowError, RuntimeError):

@@ -232,7 +232,9 @@ def test_a_failed_run_shows_its_error_everywhere(proj):
     assert "failed" in r.stdout
     # Running it again is the stored result, not a new attempt; fork is the way forward.
     r = little("--data-dir", "d", "run", "flows:breaks", "--run-id", "run_f", cwd=proj)
-    assert r.returncode == 1 and "Traceback" not in r.stderr
+    # The run's stored traceback (where boom raised), never one of the CLI's own.
+    assert r.returncode == 1 and r.stderr.count("Traceback") == 2, r.stderr  # boom's, then the step's
+    assert "in boom" in r.stderr and "cli.py" not in r.stderr, r.stderr
     assert "the sensor is unplugged" in r.stderr and "stored result" in r.stderr
     assert "little fork run_f" in r.stderr
     assert (proj / "calls.txt").read_text().split() == ["fine"]

@@ -81,7 +81,7 @@ def test_cli_run_runs_events_replay_artifacts_verify(tmp_path):
     (["events", "run_missing"], "no run run_missing"),
     (["events", "bad id"], "invalid run id"),
     (["replay", "run_missing"], "no run run_missing"),
-    (["--world", "nowhere", "runs"], "fsspec URL"),
+    (["--world", "nowhere", "runs"], "no world at"),  # a plain path: nothing ran there
     (["--world", "memory://x", "--data-dir", "d", "runs"], "not both"),
     (["nosuchcommand"], "No such command"),
 ])

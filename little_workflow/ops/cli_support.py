@@ -32,6 +32,12 @@ def is_storage_client_error(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] in STORAGE_CLIENTS
 
 
+def is_damaged_events_db(e: StorageError) -> bool:
+    """A local_world's events.db that SQLite finds damaged (not a missing or locked one)."""
+    return os.path.basename(e.path) == "events.db" and any(
+        word in e.problem for word in ("damaged", "malformed"))
+
+
 def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
                run_id: str | None = None, note: Callable[[str], Any] = print) -> Any:
     """The World a command works on. A read-only command refuses a data dir or file URL
@@ -42,8 +48,8 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
         validate_run_id(run_id)  # a malformed id is the first thing to say
     missing = f"no run {run_id}: " if run_id else ""
     if world_url:
-        if "://" not in world_url:
-            raise CliError(f"--world takes an fsspec URL like memory://wf, not {world_url!r}")
+        if "://" not in world_url:  # a plain path: the virtual world `world="dir"` makes
+            world_url = "file://" + os.path.abspath(world_url)
         scheme, _, rest = world_url.partition("://")
         if scheme == "memory":
             note(f"note: {world_url} is a memory world: it lives in this process only, "
@@ -64,6 +70,11 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
                 raise CliError(f"{world_url}: {type(e).__name__}: {e}") from None
             raise
     root = os.path.abspath(data_dir or ".little-workflow")
+    if os.path.isdir(os.path.join(root, "events")) and \
+            not os.path.exists(os.path.join(root, "events", "events.db")):
+        raise CliError(f"{root} is a virtual world (one file per event, as world={data_dir!r} "
+                       f"or virtual_world() makes), not a local_world data dir: open it with "
+                       f"--world {root}")
     if read_only and not os.path.exists(os.path.join(root, "events", "events.db")):
         why = "" if not os.path.isdir(root) else " (the directory has no events/events.db)"
         raise CliError(f"{missing}no data dir at {root}{why}; give the one you ran with, "
@@ -107,9 +118,18 @@ def _import_file(path_text: str) -> Any:
     return module
 
 
+def _import_cli_libraries() -> None:
+    # Before the user's folder goes on sys.path: a user file named rich.py or click.py
+    # must not stand in for the CLI's own libraries when they are first imported.
+    import rich.console  # noqa: F401
+    import rich.status  # noqa: F401
+    import rich.table  # noqa: F401
+
+
 def import_target_module(module_name: str) -> Any:
     """A module named on the command line (`pkg.mod`, with the current directory on
     sys.path, or `path/to/file.py`); any failure to import it is one CliError line."""
+    _import_cli_libraries()
     if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
         return _import_file(module_name)
     if os.getcwd() not in sys.path:

@@ -113,7 +113,8 @@ def fold_events(events: list[Any]) -> dict[str, Any]:
         elif kind == "run.started":
             starts.append(t)
         elif kind in TERMINAL_EVENTS:
-            ended = {"status": TERMINAL_EVENTS[kind], "at": t, "error": _plain(p.get("error"))}
+            ended = {"status": TERMINAL_EVENTS[kind], "at": t, "error": _plain(p.get("error")),
+                     "traceback": p.get("traceback") if isinstance(p.get("traceback"), str) else None}
         elif kind.startswith("step.") and path:
             step = steps.setdefault(path, {"path": path, "spans": []})
             spans = step["spans"]
@@ -199,6 +200,7 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
         "input": _plain(state.input),
         "output": _plain(state.output) if state.status == "completed" else None,
         "error": _plain(state.error) or (ended or {}).get("error"),
+        "traceback": (ended or {}).get("traceback"),
         "t0": folded["t0"],
         "createdAt": state.created_at,
         "startedAt": folded["t0"] + started_at,

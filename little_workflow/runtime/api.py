@@ -19,7 +19,8 @@ from .workflow import Workflow, workflow
 def resolve_world(world: Any) -> Any:
     """A World object as given, a World for an fsspec URL (`"memory://wf"`,
     `"file:///data/wf"`, `"s3://bucket/prefix"`), or `local_world()` in the current
-    directory when None."""
+    directory when None. A string is always a `virtual_world` (one file per event), a
+    plain path too: `local_world(path)` is the SQLite one (`little --data-dir`)."""
     if world is None:
         from ..world import default_world
 

@@ -8,7 +8,18 @@ import contextvars
 import inspect
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Literal
+from datetime import datetime
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Literal,
+    TypeVar,
+    TypeVarTuple,
+    overload,
+)
 
 from ..errors import (
     FatalError,
@@ -41,6 +52,9 @@ from .steps import (
 from .values import stored_value, to_json_value
 
 #: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
 INLINE_OUTPUT_LIMIT = 64 * 1024
 
 Mode = Literal["execute", "replay"]
@@ -219,7 +233,17 @@ class RunContext:
 
     # ---- steps ----------------------------------------------------------------------
 
-    async def step(
+    # Typed for callers: the result is what `fn` returns (awaited when `fn` is async), and
+    # `*args` are checked against `fn`'s parameters.
+    @overload
+    async def step(self, path: str, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts,  # type: ignore[overload-overlap]
+                   retry: Retry | None = None, timeout: float | None = None) -> T: ...
+
+    @overload
+    async def step(self, path: str, fn: Callable[[*Ts], T], *args: *Ts,
+                   retry: Retry | None = None, timeout: float | None = None) -> T: ...
+
+    async def step(  # type: ignore[misc]  # mypy cannot match *args: Any to *Ts
         self,
         path: str,
         fn: Callable[..., Any],
@@ -407,9 +431,13 @@ class RunContext:
         path: str,
         callables: Iterable[Callable[[], Any]],
         max_concurrency: int | None = None,
+        *,
+        retry: Retry | None = None,
+        timeout: float | None = None,
     ) -> list[Any]:
         """Run each zero-argument callable as durable step `path/<index>`; results in
-        input order. A failing child cancels its siblings. The group takes no step slot."""
+        input order. `retry` and `timeout` apply to each child as in `step`. A failing
+        child (after its retries) cancels its siblings. The group takes no step slot."""
         self._claim(path)
         release_enclosing_slot()
         children = list(callables)
@@ -422,10 +450,10 @@ class RunContext:
             child_path = f"{path}/{i}"
             rec = self.log.steps.get(child_path)
             if group_slots is None or (rec is not None and rec.status != "running"):
-                results[i] = await self._step(child_path, fn, (), None, None, group_child=True)
+                results[i] = await self._step(child_path, fn, (), retry, timeout, group_child=True)
                 return
             async with group_slots:
-                results[i] = await self._step(child_path, fn, (), None, None, group_child=True)
+                results[i] = await self._step(child_path, fn, (), retry, timeout, group_child=True)
 
         group = _Group(floor=self._floor)
         token = _group.set(group)
@@ -471,7 +499,7 @@ class RunContext:
 
         return await wait_for_event(self, path, name, timeout)
 
-    def now(self) -> Any:
+    def now(self) -> datetime:
         """The World clock's time as an aware UTC datetime, recorded: a resumed or
         replayed run gets the same value."""
         from .timers import now

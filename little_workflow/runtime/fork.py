@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import RunNotFoundError, StepError, WorldPathError
+from ..errors import ForkPointError, RunNotFoundError, WorldPathError
 from ..world.ids import ARTIFACT_REF_PREFIX, validate_run_id
 from ..world.ids import new_run_id as make_run_id
 from ..world.models import thaw
@@ -23,20 +23,38 @@ COPIED_PREFIXES = ("step.", "timer.", "wait.", "signal.", "value.", "memory.", "
                    "harness.")
 
 
+def fork_points(log: RunLog) -> dict[str, int]:
+    """Every step path a fork can start from, with the sequence it cuts at, in the order
+    the run reached them: steps, sleeps and waits, and the path of a group whose children
+    ran (`chunks` for `chunks/0`...), which cuts before its first child."""
+    points: dict[str, int] = {}
+    for path, rec in log.steps.items():
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            group = "/".join(parts[:i])
+            if group not in log.steps:
+                points[group] = min(points.get(group, rec.first_sequence), rec.first_sequence)
+        points[path] = rec.first_sequence
+    for table in (log.timers, log.waits):
+        for path, record in table.items():
+            points.setdefault(path, int(record["sequence"]))
+    return dict(sorted(points.items(), key=lambda item: item[1]))
+
+
 def _cut_sequence(log: RunLog, source: str, from_step: str | None) -> tuple[int, str]:
+    points = fork_points(log)
     if from_step is None:
         failed = sorted((rec.first_sequence, path) for path, rec in log.steps.items()
                         if rec.status == "failed")
         if not failed:
-            raise StepError(source, "-", "the run has no failed step to fork from; "
-                            "pass from_step=<step path>")
+            where = "it failed outside any step" if log.status == "failed" else \
+                f"it is {log.status}"
+            raise ForkPointError(source, None, f"no failed step to fork from ({where})",
+                                 list(points))
         return failed[0]
-    if from_step in log.steps:
-        return log.steps[from_step].first_sequence, from_step
-    for table in (log.timers, log.waits):
-        if from_step in table:
-            return int(table[from_step]["sequence"]), from_step
-    raise StepError(source, from_step, "the run has no step with this path")
+    if from_step in points:
+        return points[from_step], from_step
+    raise ForkPointError(source, from_step, f"no step {from_step!r} in this run", list(points))
 
 
 class _Republisher:

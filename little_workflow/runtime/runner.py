@@ -10,11 +10,13 @@ import asyncio
 import functools
 import signal
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, Coroutine, TypeVar
 
 from ..errors import (
+    ClockStalledError,
     InputMismatchError,
     LeaseLostError,
     OutputSchemaError,
@@ -74,7 +76,10 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     (a notebook cell), where it runs on a private loop in a worker thread."""
     try:
         asyncio.get_running_loop()
+        in_a_loop = True
     except RuntimeError:
+        in_a_loop = False
+    if not in_a_loop:  # outside the except block: a failure must not chain "no running event loop"
         with interruptible():
             return run_on_own_loop(factory)
     box: dict[str, Any] = {}
@@ -162,7 +167,8 @@ async def _run_locked(
         if log.status == "completed":
             return _result(world, log, wf)
         if log.status == "failed":
-            raise WorkflowFailedError(run_id, None, stored_value(world, log.error) or {})
+            raise WorkflowFailedError(run_id, None, stored_value(world, log.error) or {},
+                                      log.traceback)
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
@@ -200,18 +206,19 @@ async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: st
     except asyncio.CancelledError:
         await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
         raise  # not a failure of the run: it stays unfinished and resumable
-    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError):
+    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError):
         raise  # not a failure of the run: it stays unfinished and resumable
     except Exception as e:
         await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
-        await ctx.append("run.failed", {"error": error_record(e)})
-        raise WorkflowFailedError(run_id, e, error_record(e)) from e
+        failure = failure_payload(e)
+        await ctx.append("run.failed", failure)
+        raise WorkflowFailedError(run_id, e, failure["error"], failure["traceback"]) from e
     finally:
         ctx.watch.stop()
     try:
         wf.validate_output(output)
     except SchemaValidationError as e:
-        await ctx.append("run.failed", {"error": error_record(e)})
+        await ctx.append("run.failed", failure_payload(e))
         raise OutputSchemaError(run_id, e) from e
     payload: dict[str, Any] = {}
     if output is not None and len(canonical_json(output)) > INLINE_OUTPUT_LIMIT:
@@ -221,6 +228,24 @@ async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: st
         payload["output"] = output
     await ctx.append("run.completed", payload)
     return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+
+
+TRACEBACK_FRAMES = 50  # the innermost ones, per exception of the chain
+TRACEBACK_BYTES = 8 * 1024
+
+
+def failure_payload(e: BaseException) -> dict[str, Any]:
+    """`run.failed`'s payload: the error's `{type, message}` and its traceback as Python
+    prints it (causes first), so a failure can be read where it happened, later, from the
+    log alone. Bounded: the innermost frames of each exception, then at most 8 KiB, cut in
+    the middle (the head names the first cause, the tail the exception the run ended on)."""
+    tb = "".join(traceback.TracebackException.from_exception(e, limit=-TRACEBACK_FRAMES).format())
+    data = tb.encode()
+    if len(data) > TRACEBACK_BYTES:
+        head = data[: TRACEBACK_BYTES // 4].decode(errors="ignore")
+        tail = data[-(TRACEBACK_BYTES * 3 // 4 - 64):].decode(errors="ignore")
+        tb = f"{head}\n  ... {len(data) - len(head.encode()) - len(tail.encode())} bytes cut ...\n{tail}"
+    return {"error": error_record(e), "traceback": tb}
 
 
 def create_run_sync(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,

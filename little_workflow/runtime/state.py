@@ -42,6 +42,7 @@ class RunLog:
     output: Any = None
     output_ref: str | None = None
     error: dict[str, Any] | None = None
+    traceback: str | None = None  # of a failed run, as run.failed stored it (bounded)
     starts: int = 0
     steps: dict[str, StepRecord] = field(default_factory=dict)
     harness_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # callKey -> payload
@@ -87,6 +88,7 @@ class RunLog:
         elif t == "run.failed":
             self.status = "failed"
             self.error = p.get("error")
+            self.traceback = p.get("traceback") if isinstance(p.get("traceback"), str) else None
         elif t == "run.cancelled":
             self.status = "cancelled"
             self.error = p.get("error") or {"type": "RunCancelledError", "reason": p.get("reason")}
@@ -242,7 +244,7 @@ class RunResult(_Model):
     """
 
     run_id: str
-    status: str
+    status: RunStatus
     output: Any = None
     workflow_id: str | None = None
     outer_loop_id: str | None = None

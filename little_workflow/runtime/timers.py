@@ -12,7 +12,7 @@ import uuid as uuid_module
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import ReplayDivergenceError, StepError
+from ..errors import ClockStalledError, ReplayDivergenceError, StepError
 from ..world.clock import from_iso, to_epoch, to_iso
 from .waiting import RunSuspended
 from .values import stored_value
@@ -50,7 +50,10 @@ async def sleep_until(ctx: Any, path: str, when: float | None, seconds: float | 
     if wake > clock.now():
         if getattr(ctx, "suspend", False):
             raise RunSuspended(ctx.run_id, {"kind": "sleep", "stepPath": path, "wakeAt": wake_iso})
-        await clock.sleep_until(wake)
+        try:
+            await clock.sleep_until(wake)
+        except ClockStalledError as e:
+            raise ClockStalledError(e.wake_at, e.stalled_seconds, ctx.run_id, path) from None
     await ctx.append("timer.fired", {"stepPath": path})
 
 

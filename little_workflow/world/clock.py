@@ -1,7 +1,9 @@
 """Where a World's time comes from: wake times, deadlines, every `createdAt`.
 
 `SystemClock` reads `time.time()`. `FakeClock` is moved by hand (`advance`), and moving it
-wakes whoever sleeps on it, so tests of hour-long timers take no real time.
+wakes whoever sleeps on it, so tests of hour-long timers take no real time. A sleeper that
+nobody wakes within `stall_seconds` of real time gets `ClockStalledError` (it would
+otherwise block a test forever).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # asyncio (~60 ms) is imported where a coroutine needs it
     import asyncio
+
+from ..errors import ClockStalledError
 
 
 class Clock(Protocol):
@@ -53,9 +57,13 @@ class FakeClock:
     `.now()`, `.advance(seconds)`. Advancing wakes every sleeper now due, in any thread
     or event loop."""
 
-    def __init__(self, start: float = 1_700_000_000.0):
+    def __init__(self, start: float = 1_700_000_000.0, *, stall_seconds: float | None = 10.0):
         self._now = float(start)
         self._lock = threading.Lock()
+        # A sleeper left this long (real time) with no advance() raises ClockStalledError
+        # instead of blocking forever (a run without suspend=True in a test). None: never.
+        self.stall_seconds = stall_seconds
+        self._advanced_at = time.monotonic()
         self._sleepers: list[tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def now(self) -> float:
@@ -67,6 +75,7 @@ class FakeClock:
             raise ValueError("a FakeClock only moves forward")
         with self._lock:
             self._now += seconds
+            self._advanced_at = time.monotonic()
             now = self._now
             due = [s for s in self._sleepers if s[0] <= now]
             self._sleepers = [s for s in self._sleepers if s[0] > now]
@@ -91,8 +100,18 @@ class FakeClock:
                 return
             entry = (when, loop, fut)
             self._sleepers.append(entry)
+        began = time.monotonic()
         try:
-            await fut
+            if self.stall_seconds is None:
+                return await fut
+            while True:
+                quiet_since = max(began, self._advanced_at)
+                left = quiet_since + self.stall_seconds - time.monotonic()
+                if left <= 0:
+                    raise ClockStalledError(to_iso(when), self.stall_seconds)
+                done, _ = await asyncio.wait({fut}, timeout=left)
+                if done:
+                    return
         finally:
             with self._lock:
                 if entry in self._sleepers:

@@ -63,6 +63,9 @@ PUBLISHED.done = PUBLISHED.published = True
 class EventStore(ABC):
     blocking: bool = True
     description: str = ""
+    #: The store refuses event N+1 of a run when event N is missing, in the same step as
+    #: the write (a process with a stale idea of the run cannot leave a hole).
+    checks_predecessor: bool = False
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
                 idempotency_key: str | None, epoch: int = 0,
@@ -224,6 +227,8 @@ class SqliteEventStore(EventStore):
     Every SQLite or OS failure leaves as `StorageError` naming events.db (read-only data
     dir, disk full, a file that is not a SQLite database)."""
 
+    checks_predecessor = True
+
     def __init__(self, db_path: str):
         self.db_path = db_path
         self.description = f"SQLite {db_path}"
@@ -279,7 +284,25 @@ class SqliteEventStore(EventStore):
             "CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key"
             " ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL"
         )
+        self._check_pages()
         self.catalogue_needs_build = SqliteCatalogue.create_schema(c)
+
+    def _check_pages(self) -> None:
+        """Refuse a damaged store before anything is written into it. SQLite finds a bad
+        page only when a statement reads it, so a new run's appends (which touch only the
+        pages on their own key's path) would otherwise go on into a file that reads fail
+        on. `quick_check` reads every page once: measured 0.3-0.6 s per 200 MB, once per
+        storage per process."""
+        try:
+            found = [row[0] for row in self._conn.execute("PRAGMA quick_check(3)")]
+        except sqlite3.DatabaseError as e:
+            found = [str(e)]
+        if found != ["ok"]:
+            lines = [line.strip() for text in found for line in text.splitlines()
+                     if line.strip() and not line.startswith("***")]  # "*** in database main ***"
+            where = "; ".join(lines[:2])
+            raise StorageError(self.db_path, f"SQLite: database disk image is malformed ({where})",
+                               DAMAGED_HINT)
 
     def _prefill_wal(self) -> None:
         """Give the WAL its steady-state size (one autocheckpoint's worth of frames) in
@@ -493,10 +516,13 @@ class SqliteEventStore(EventStore):
         return results
 
     def insert_row(self, row: tuple) -> bool:
-        """One INSERT inside commit_rows' transaction; False when the row is taken."""
+        """One INSERT inside commit_rows' transaction; False when the row is taken, or
+        when its predecessor is missing (the run was deleted since its writer read it:
+        never a hole)."""
         return self._conn.execute(
             "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
-            " VALUES (?, ?, ?, ?)", row).rowcount == 1
+            " SELECT ?1, ?2, ?3, ?4 WHERE ?2 = 1 OR EXISTS"
+            " (SELECT 1 FROM events WHERE run_id = ?1 AND sequence = ?2 - 1)", row).rowcount == 1
 
     def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn(connection)` under the connection lock (reads of the run catalogue)."""
@@ -611,11 +637,15 @@ class SqliteEventStore(EventStore):
                 self._conn.close()
 
 
+DAMAGED_HINT = ("nothing more is written to it: `little verify` lists the runs that can still "
+                "be read; restore it from a backup or move it away")
+
+
 def sqlite_storage_error(db_path: str, e: sqlite3.Error) -> StorageError:
     name = getattr(e, "sqlite_errorname", "") or ""
     hint = {
         "SQLITE_NOTADB": "restore it from a backup or move it away",
-        "SQLITE_CORRUPT": "restore it from a backup or move it away",
+        "SQLITE_CORRUPT": DAMAGED_HINT,
         "SQLITE_READONLY": "the data dir is read-only: check its permissions",
         "SQLITE_CANTOPEN": "check that the data dir exists and is writable",
         "SQLITE_FULL": "the disk is full: free some space and run again",

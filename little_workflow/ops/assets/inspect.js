@@ -124,6 +124,8 @@
       el("pre", { "data-field": "error" }, (d.error.type ? d.error.type + ": " : "") + (d.error.message || json(d.error)))));
     else if (d.status === "completed") io.push(el("div", { class: "io" }, el("h3", {}, "output"),
       el("pre", { "data-field": "output" }, json(d.output))));
+    if (d.traceback) io.push(el("div", { class: "io err tb" }, el("h3", {}, "traceback"),
+      el("pre", { "data-field": "traceback" }, d.traceback)));
     return el("header", {},
       el("div", { class: "top" }, CONFIG.backLink ? el("a", { href: CONFIG.backLink, class: "back" }, "← runs") : null,
         el("h1", {}, d.workflowId || "run", " ", el("small", { "data-run-id": d.runId }, d.runId)), badge(d.status),
