@@ -524,3 +524,49 @@ def test_a_tool_result_over_64_kib_goes_through_an_artifact(lw_world: Any) -> No
             if e.type == "step.succeeded" and e.payload["stepPath"].endswith("/b1")]
     assert len(tool) == 1 and "outputRef" in tool[0].payload
     assert lw.replay_run(lw_world, "run_big1", wf).output == res.output and calls == [1]
+
+
+class OutOfStock(Exception):
+    """A user's tool error; caught by type in the workflow body."""
+
+
+def test_a_failed_unit_served_from_the_log_raises_its_original_type(lw_world: Any) -> None:
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        if "model" in str(messages[0].parts[0].content):
+            raise UnexpectedModelBehavior("the model said nonsense", body='{"why": "?"}')
+        return ModelResponse(parts=[ToolCallPart("buy", {"item": "otter"}, tool_call_id="b1")])
+
+    agent = Agent(FunctionModel(model_fn), name="shopper", capabilities=[LittleWorkflowDurability()])
+    calls: list[str] = []
+
+    @agent.tool_plain
+    def buy(item: str) -> str:
+        calls.append(item)
+        raise OutOfStock(f"no {item} left")
+
+    @lw.workflow(id="shop")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        caught = {}
+        for prompt in ("tool", "model"):
+            try:
+                await agent.run(prompt)
+            except (OutOfStock, UnexpectedModelBehavior) as e:
+                # The body branches on the type: a resume must take the same branch.
+                caught[prompt] = [type(e).__module__, type(e).__qualname__, str(e)]
+        return caught
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_types1")
+    expected = {"tool": [__name__, "OutOfStock", "no otter left"],
+                "model": ["pydantic_ai.exceptions", "UnexpectedModelBehavior",
+                          str(UnexpectedModelBehavior("the model said nonsense", body='{"why": "?"}'))]}
+    assert res.output == expected and calls == ["otter"]
+    # The log keeps each type as data: name, module and qualified name.
+    errors = [e.payload["error"] for e in lw_world.list_events("run_types1") if e.type == "step.failed"]
+    assert [(r["type"], r["module"], r["qualname"]) for r in errors] == [
+        ("OutOfStock", __name__, "OutOfStock"),
+        ("UnexpectedModelBehavior", "pydantic_ai.exceptions", "UnexpectedModelBehavior")]
+    # Served from the log, the same types reach the body: the same branches, same output.
+    assert lw.replay_run(lw_world, "run_types1", wf).output == expected
+    assert calls == ["otter"]
