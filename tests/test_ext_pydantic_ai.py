@@ -570,3 +570,58 @@ def test_a_failed_unit_served_from_the_log_raises_its_original_type(lw_world: An
     # Served from the log, the same types reach the body: the same branches, same output.
     assert lw.replay_run(lw_world, "run_types1", wf).output == expected
     assert calls == ["otter"]
+
+
+class PollingModel(FunctionModel):
+    """A model whose provider works in the background (as OpenAI background mode does):
+    its first response is suspended, and Pydantic AI waits `continuation_delay` before it
+    asks again, through the agent graph's sleep, which the capability makes `ctx.sleep`."""
+
+    def continuation_delay(self, response: ModelResponse) -> float | None:
+        return 600.0 if response.state == "suspended" else None
+
+
+def test_an_agent_graph_sleep_is_a_durable_timer_and_a_resume_waits_only_the_rest(tmp_path: Any) -> None:
+    from little_workflow.testing import FakeClock
+
+    t0 = 1_800_000_000.0
+    clock = FakeClock(start=t0)
+    requests: list[str] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if isinstance(last, ModelResponse) and last.state == "suspended":
+            requests.append("poll")
+            return ModelResponse(parts=[TextPart("the report is ready")])
+        requests.append("start")
+        return ModelResponse(parts=[], state="suspended", provider_response_id="job-1")
+
+    agent = Agent(PollingModel(model_fn), name="reporter", capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="report")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("write the report")).output}
+
+    data = str(tmp_path / "data")
+    with lw.local_world(data, clock=clock) as world:
+        r = lw.run_workflow(wf, {}, world=world, run_id="run_poll1", suspend=True)
+        assert r.status == "waiting" and requests == ["start"]
+        assert r.waiting["kind"] == "sleep" and r.waiting["stepPath"].startswith(STEP_PREFIX + "/")
+        assert r.waiting["wakeAt"] == lw.list_runs(world).runs[0].waiting["wakeAt"]
+        scheduled = [e for e in world.list_events("run_poll1") if e.type == "timer.scheduled"]
+        assert len(scheduled) == 1
+        wake_at = scheduled[0].payload["wakeAt"]
+    # A fresh process 590 s later: the wake time is the committed one, 10 s remain.
+    clock.advance(590)
+    with lw.local_world(data, clock=clock) as world:
+        r = lw.run_workflow(wf, {}, world=world, run_id="run_poll1", suspend=True)
+        assert r.status == "waiting" and r.waiting["wakeAt"] == wake_at and requests == ["start"]
+    clock.advance(10)
+    with lw.local_world(data, clock=clock) as world:
+        r = lw.run_workflow(wf, {}, world=world, run_id="run_poll1", suspend=True)
+        assert r.status == "completed" and r.output == {"output": "the report is ready"}
+        # The committed first request was not sent again; one timer, fired once.
+        assert requests == ["start", "poll"]
+        types = [e.type for e in world.list_events("run_poll1")]
+        assert types.count("timer.scheduled") == 1 and types.count("timer.fired") == 1
+        assert lw.replay_run(world, "run_poll1", wf).output == r.output and requests == ["start", "poll"]

@@ -16,7 +16,11 @@ order calls happen in, so concurrent agent runs and parallel tool calls cannot s
 results on resume. A resumed (or replayed) run gets every committed response and tool
 result from the log and calls nothing committed again. The agent run id and start time
 come from `ctx.uuid()` and `ctx.now()`, so they are the same on resume; waits inside the
-agent graph are `ctx.sleep` timers. Values cross the step boundary as JSON (Pydantic AI's
+agent graph (polling a model's background job) are `ctx.sleep` timers: a resumed run
+waits only until the committed wake time. A failed model request or tool call is recorded
+with its type (name, module, qualified name) and, served from the log, raises the same
+class again (`recorded_exception` says what is kept), so a body that catches by type takes
+the same branch on resume. Values cross the step boundary as JSON (Pydantic AI's
 JSON codec); outputs over 64 KiB go to artifacts as every step output does.
 
 Outside a workflow (or inside a step function) the capability does nothing: the agent runs
