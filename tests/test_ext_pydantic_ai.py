@@ -260,8 +260,8 @@ def uninterrupted(tmp_path_factory: Any) -> dict:
 
 
 @pytest.mark.parametrize("kill_at, calls", [
-    # killed inside the first tool: the model request was committed, no tool was
-    ("tool", ["model1", "model2", "tool-c1", "tool-c1", "tool-c2"]),
+    # killed while both tools were in flight: the model request was committed, no tool was
+    ("tool", ["model1", "model2", "tool-c1", "tool-c1", "tool-c2", "tool-c2"]),
     # killed inside the second model request: both tool results were committed
     ("model2", ["model1", "model2", "model2", "tool-c1", "tool-c2"]),
     # killed inside tool c2 once c1 was committed: only c2 runs again
