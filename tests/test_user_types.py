@@ -99,6 +99,7 @@ async def order(ctx: lw.RunContext, input: Order) -> list[int]:
     reveal_type(costs)
     reveal_type(ctx.uuid())
     reveal_type(await ctx.wait_for_event("w", "go", timeout=1))
+    reveal_type((await ctx.bash("b", "echo hi")).stdout)
     return prices + costs
 
 
@@ -136,6 +137,7 @@ def test_mypy_sees_workflow_input_and_output_types(tmp_path):
     assert revealed("ctx.uuid()") == "uuid.UUID", out
     assert revealed('await ctx.wait_for_event("w", "go", timeout=1)') in ("Any | None",
                                                                          "Union[Any, None]"), out
+    assert revealed('(await ctx.bash("b", "echo hi")).stdout') == "str", out
     assert revealed("order").endswith("Workflow[TypedDict(user.Order, {'item': str, 'qty': int}), list[int]]"), out
     # A run's output is JSON: a workflow returning a pydantic model gives its dump.
     assert revealed("receipt").endswith("Workflow[int, dict[str, Any]]"), out

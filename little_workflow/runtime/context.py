@@ -33,7 +33,7 @@ from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
 from ..world.models import Event, thaw
 from .active_index import TERMINAL_EVENTS, mark_finished
-from .bash_steps import run_bash_step
+from .bash_steps import BashResult, run_bash_step
 from .loops import may_block_loop
 from .memory import RunMemory
 from .pipeline import call_workflow
@@ -501,7 +501,7 @@ class RunContext:
 
         await sleep_seconds(self, path, seconds)
 
-    async def sleep_until(self, path: str, when: Any) -> None:
+    async def sleep_until(self, path: str, when: datetime | float) -> None:
         """Sleep until `when` (an aware datetime or epoch seconds), durably."""
         from .timers import sleep_until_time
 
@@ -548,7 +548,7 @@ class RunContext:
         """Run pipeline member `name` as a sub-run (its id reserved in this run's log)."""
         return await call_workflow(self, name, input)
 
-    async def bash(self, path: str, script: str, **options: Any) -> Any:
+    async def bash(self, path: str, script: str, **options: Any) -> BashResult:
         """Run `script` in just-bash (a bash interpreter in Python: no host shell, no
         host files) as the durable step `path`, and return its result: a dict
         {"stdout", "stderr", "exitCode"} that also has `.stdout`, `.stderr`, `.exit_code`.
