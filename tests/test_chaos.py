@@ -36,6 +36,7 @@ ROLES = tuple(os.environ["LW_CHAOS_ROLES"].split(",")) if os.environ.get("LW_CHA
 #: client: the CLI caller and the forker (both covered on the local backends) are left
 #: out, so the workers get the CPU to be caught mid-run.
 S3_ROLES = tuple(r for r in ACTOR_ROLES if r not in ("cli", "forker"))
+LOCAL_FILE_ROLES = tuple(r for r in ACTOR_ROLES if r not in ("forker", "pipeliner"))
 
 
 # ---- the checker on hand-made histories ---------------------------------------------------
@@ -250,7 +251,14 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
                            open_world=lambda: lw.local_world(data_dir))
     elif kind == "local-file":
         url = f"file://{tmp_path}/wf"
-        result = run_chaos(kind, url, SEED, seconds, workdir, roles=ROLES or ACTOR_ROLES,
+        # A virtual world on local files keeps its run locks in the process (DESIGN §5,
+        # §6; the README's backend table): one process executes runs — one worker, a
+        # starter that only starts, no forker or pipeline runner (each executes or
+        # creates runs a worker would pick up mid-copy) — while every other actor
+        # (senders, canceller, gc, the CLI) writes from its own process as before.
+        result = run_chaos(kind, url, SEED, seconds, workdir, workers=("worker0",),
+                           roles=ROLES or LOCAL_FILE_ROLES,
+                           extra_env={"LW_CHAOS_ONE_EXECUTOR": "1"},
                            open_world=lambda: lw.virtual_world(url))
     else:
         moto = MotoProcess(workdir)

@@ -79,6 +79,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               stop_min: float = 0.2, roles: tuple[str, ...] = ACTOR_ROLES,
               links: dict[str, SlowLink] | None = None, slow_seconds: float = 0.0,
               lock_owners: Callable[[], dict[str, int]] | None = None,
+              workers: tuple[str, ...] = ("worker0", "worker1"),
               open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage.
@@ -121,7 +122,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
         pids[proc.popen.pid] = name
         return proc
 
-    for name in ("worker0", "worker1", *roles):
+    for name in (*workers, *roles):
         procs[name] = spawn(name)
     wait_until_ready(procs.values(), timeout=60)
     ready_seconds = time.time() - started
