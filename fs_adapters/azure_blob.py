@@ -74,6 +74,7 @@ def _transient(e: BaseException) -> bool:
 class AzureBlobPublisher(Publisher):
     blocking = True
     prefers_listing = True
+    empty_folders_stay = False  # no folders: a prefix is gone with its last blob
     atomic_publication = "yes: one conditional Put Blob (If-None-Match: *)"
     multi_writer = "yes: processes and hosts (the store arbitrates)"
 
