@@ -120,7 +120,7 @@ class AzureBlobPublisher(Publisher):
                 raise storage_error(e, path, "reading") from e
             return None
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # blob names need no directories
 
     def list_names(self, path: str) -> list[str]:

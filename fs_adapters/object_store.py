@@ -172,7 +172,7 @@ class ObjectStorePublisher(Publisher):
         except STORE_ERRORS as e:
             raise storage_error(e, path, "reading") from e
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # object stores have no directories
 
     def list_names(self, path: str) -> list[str]:

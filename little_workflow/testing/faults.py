@@ -204,9 +204,9 @@ class _FaultyPublisher(Publisher):
         self._op("read", path)
         return self.inner.read(path)
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         self._op("ensure_dir", path)
-        self.inner.ensure_dir(path)
+        self.inner.ensure_dir(path, durable=durable)
 
     def list_names(self, path: str) -> list[str]:
         self._op("list", path)

@@ -698,7 +698,8 @@ class FileCatalogue:
     def add_entry(self, folder: str, key: str) -> None:
         path = f"{folder}/{entry_path(key)}"
         for attempt in range(3):
-            self.publisher.ensure_dir(path.rsplit("/", 1)[0])
+            # Not durable, as the entry: a power cut may take both back (a rebuild restores them).
+            self.publisher.ensure_dir(path.rsplit("/", 1)[0], durable=False)
             try:
                 self.publisher.publish_if_absent(path, b"", durable=False)
                 return

@@ -64,7 +64,9 @@ class Publisher(ABC):
         self.fs.pipe_file(tmp, data)
         self.fs.mv(tmp, path)
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        """Make the directory and its parents. `durable=False`: names a power cut may
+        take back (for folders whose files are not durable either)."""
         self.fs.makedirs(path, exist_ok=True)
 
     def sync(self) -> None:
@@ -216,8 +218,25 @@ class LocalPublisher(Publisher):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
-    def ensure_dir(self, path: str) -> None:
-        self.posix.makedirs(path)
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        if durable:
+            self.posix.makedirs(path)
+            return
+        if path in self._known_dirs:
+            return  # removed by another process since? publish_if_absent makes it again
+        missing = []
+        current = os.path.abspath(path)
+        while not self.posix.isdir(current):
+            missing.append(current)
+            current = os.path.dirname(current)
+        for directory in reversed(missing):
+            try:
+                self.posix.mkdir(directory)
+            except FileExistsError:
+                pass
+            with self._unsynced_lock:  # its name: durable at the next sync()
+                self._unsynced_dirs.add(os.path.dirname(directory))
+        self._known_dirs.add(path)
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
         try:
@@ -300,7 +319,7 @@ class MemoryPublisher(Publisher):
         # getvalue() hands back the stored bytes without the copy getbuffer() would make.
         return None if f is None else f.getvalue()
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # memory files need no parent directories
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
@@ -401,8 +420,8 @@ class PrefixedPublisher(Publisher):
     def read(self, path: str) -> bytes | None:
         return self.inner.read(self._join(path))
 
-    def ensure_dir(self, path: str) -> None:
-        self.inner.ensure_dir(self._join(path))
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        self.inner.ensure_dir(self._join(path), durable=durable)
 
     def list_names(self, path: str) -> list[str]:
         return self.inner.list_names(self._join(path))
