@@ -2,8 +2,8 @@
 (tests/test_ext_pydantic_ai.py). FunctionModel only: no network.
 
 python pydantic_ai_child.py DATA_DIR LEDGER RUN_ID KILL_AT
-KILL_AT: none | replay | tool (SIGKILL inside the first tool call, after the first model request
-committed) | model2 (inside the second model request, after both tools committed) |
+KILL_AT: none | replay | tool (SIGKILL inside tool call c1 while c2 is in flight too, after
+the first model request committed) | model2 (inside the second model request, after both tools committed) |
 parallel (inside tool call c2 once c1's step is committed). Every model request and
 tool call appends a line to LEDGER; the run's output is printed as JSON.
 """
@@ -24,6 +24,11 @@ import little_workflow as lw
 from little_workflow.ext.pydantic_ai import LittleWorkflowDurability
 
 DATA, LEDGER, RUN_ID, KILL_AT = sys.argv[1:5]
+
+
+def note_count(line: str) -> int:
+    with open(LEDGER) as f:
+        return sum(1 for x in f if x.strip() == line)
 
 
 def note(line: str) -> int:
@@ -53,6 +58,14 @@ def weather(city: str) -> str:
     call = "c1" if city == "Paris" else "c2"
     first = note(f"tool-{call}") == 1
     if first and KILL_AT == "tool":
+        # Both calls in flight, neither committed, whichever thread runs first: c2 waits
+        # to be killed, c1 kills once c2 has started.
+        if call == "c2":
+            time.sleep(60)
+        for _ in range(500):
+            if note_count("tool-c2"):
+                break
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
     if first and KILL_AT == "parallel" and call == "c2":
         step = lw.current_step()

@@ -356,3 +356,47 @@ def test_a_world_holding_threads_verifies_clean_and_lists_them(tmp_path: Any) ->
         assert saver.get_tuple(generate_config("t-big")) is not None
         saver.delete_thread("t-big")
         assert world.list_runs() == [] and lw.verify_world(world).ok
+
+
+@lw.workflow("lg-neighbour")
+async def _neighbour(ctx: Any, x: int) -> int:
+    return await ctx.step("double", lambda: x * 2)
+
+
+@pytest.mark.parametrize("kind", ["local_world", "memory", "local-file"])
+def test_runs_and_the_catalogue_label_thread_owners_and_gc_and_workers_leave_them(
+        kind: str, tmp_path: Any, request: Any) -> None:
+    maker = WorldMaker(kind, tmp_path, request)
+    with maker() as world:
+        WorldCheckpointSaver(world).put(generate_config("t-label"), generate_checkpoint(),
+                                        generate_metadata(), {})
+        owner = thread_owner_run_id("t-label")
+        [thread] = lw.list_runs(world).runs
+        # Labelled by what its log holds: a LangGraph thread, no run lifecycle (no
+        # run.created), so no lifecycle status: "unknown", as materialize_run_state says.
+        assert (thread.run_id, thread.workflow_id, thread.status) == (owner, "langgraph", "unknown")
+        assert lw.materialize_run_state(world, owner).status == thread.status
+        assert [r.run_id for r in lw.list_runs(world, workflow_id="langgraph").runs] == [owner]
+        assert [r.run_id for r in lw.list_runs(world, status="unknown").runs] == [owner]
+        assert lw.list_runs(world, status=["created", "running", "waiting"]).runs == []
+        # A Worker's sweep runs nothing of it and gc deletes nothing of it.
+        worker = lw.Worker(world, workflows=[_neighbour])
+        try:
+            assert worker.sweep() == 0
+        finally:
+            worker.close()
+        assert lw.gc(world, older_than=0).run_ids == []
+        assert lw.verify_world(world).ok
+        # `little inspect` draws it under the same label.
+        from little_workflow.ops.inspect import run_page_data
+
+        page = run_page_data(world, owner)
+        assert (page["workflowId"], page["status"]) == ("langgraph", "unknown")
+    if kind == "local_world":
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+        out = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", "--json",
+                              "--data-dir", maker.data_dir],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        [row] = json.loads(out.stdout)
+        assert (row["runId"], row["workflowId"], row["status"]) == (owner, "langgraph", "unknown")

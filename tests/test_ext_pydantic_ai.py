@@ -260,8 +260,8 @@ def uninterrupted(tmp_path_factory: Any) -> dict:
 
 
 @pytest.mark.parametrize("kill_at, calls", [
-    # killed inside the first tool: the model request was committed, no tool was
-    ("tool", ["model1", "model2", "tool-c1", "tool-c1", "tool-c2"]),
+    # killed while both tools were in flight: the model request was committed, no tool was
+    ("tool", ["model1", "model2", "tool-c1", "tool-c1", "tool-c2", "tool-c2"]),
     # killed inside the second model request: both tool results were committed
     ("model2", ["model1", "model2", "model2", "tool-c1", "tool-c2"]),
     # killed inside tool c2 once c1 was committed: only c2 runs again
@@ -524,3 +524,104 @@ def test_a_tool_result_over_64_kib_goes_through_an_artifact(lw_world: Any) -> No
             if e.type == "step.succeeded" and e.payload["stepPath"].endswith("/b1")]
     assert len(tool) == 1 and "outputRef" in tool[0].payload
     assert lw.replay_run(lw_world, "run_big1", wf).output == res.output and calls == [1]
+
+
+class OutOfStock(Exception):
+    """A user's tool error; caught by type in the workflow body."""
+
+
+def test_a_failed_unit_served_from_the_log_raises_its_original_type(lw_world: Any) -> None:
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        if "model" in str(messages[0].parts[0].content):
+            raise UnexpectedModelBehavior("the model said nonsense", body='{"why": "?"}')
+        return ModelResponse(parts=[ToolCallPart("buy", {"item": "otter"}, tool_call_id="b1")])
+
+    agent = Agent(FunctionModel(model_fn), name="shopper", capabilities=[LittleWorkflowDurability()])
+    calls: list[str] = []
+
+    @agent.tool_plain
+    def buy(item: str) -> str:
+        calls.append(item)
+        raise OutOfStock(f"no {item} left")
+
+    @lw.workflow(id="shop")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        caught = {}
+        for prompt in ("tool", "model"):
+            try:
+                await agent.run(prompt)
+            except (OutOfStock, UnexpectedModelBehavior) as e:
+                # The body branches on the type: a resume must take the same branch.
+                caught[prompt] = [type(e).__module__, type(e).__qualname__, str(e)]
+        return caught
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_types1")
+    expected = {"tool": [__name__, "OutOfStock", "no otter left"],
+                "model": ["pydantic_ai.exceptions", "UnexpectedModelBehavior",
+                          str(UnexpectedModelBehavior("the model said nonsense", body='{"why": "?"}'))]}
+    assert res.output == expected and calls == ["otter"]
+    # The log keeps each type as data: name, module and qualified name.
+    errors = [e.payload["error"] for e in lw_world.list_events("run_types1") if e.type == "step.failed"]
+    assert [(r["type"], r["module"], r["qualname"]) for r in errors] == [
+        ("OutOfStock", __name__, "OutOfStock"),
+        ("UnexpectedModelBehavior", "pydantic_ai.exceptions", "UnexpectedModelBehavior")]
+    # Served from the log, the same types reach the body: the same branches, same output.
+    assert lw.replay_run(lw_world, "run_types1", wf).output == expected
+    assert calls == ["otter"]
+
+
+class PollingModel(FunctionModel):
+    """A model whose provider works in the background (as OpenAI background mode does):
+    its first response is suspended, and Pydantic AI waits `continuation_delay` before it
+    asks again, through the agent graph's sleep, which the capability makes `ctx.sleep`."""
+
+    def continuation_delay(self, response: ModelResponse) -> float | None:
+        return 600.0 if response.state == "suspended" else None
+
+
+def test_an_agent_graph_sleep_is_a_durable_timer_and_a_resume_waits_only_the_rest(tmp_path: Any) -> None:
+    from little_workflow.testing import FakeClock
+
+    t0 = 1_800_000_000.0
+    clock = FakeClock(start=t0)
+    requests: list[str] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if isinstance(last, ModelResponse) and last.state == "suspended":
+            requests.append("poll")
+            return ModelResponse(parts=[TextPart("the report is ready")])
+        requests.append("start")
+        return ModelResponse(parts=[], state="suspended", provider_response_id="job-1")
+
+    agent = Agent(PollingModel(model_fn), name="reporter", capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="report")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("write the report")).output}
+
+    data = str(tmp_path / "data")
+    with lw.local_world(data, clock=clock) as world:
+        r = lw.run_workflow(wf, {}, world=world, run_id="run_poll1", suspend=True)
+        assert r.status == "waiting" and requests == ["start"]
+        assert r.waiting["kind"] == "sleep" and r.waiting["stepPath"].startswith(STEP_PREFIX + "/")
+        assert r.waiting["wakeAt"] == lw.list_runs(world).runs[0].waiting["wakeAt"]
+        scheduled = [e for e in world.list_events("run_poll1") if e.type == "timer.scheduled"]
+        assert len(scheduled) == 1
+        wake_at = scheduled[0].payload["wakeAt"]
+    # A fresh process 590 s later: the wake time is the committed one, 10 s remain.
+    clock.advance(590)
+    with lw.local_world(data, clock=clock) as world:
+        r = lw.run_workflow(wf, {}, world=world, run_id="run_poll1", suspend=True)
+        assert r.status == "waiting" and r.waiting["wakeAt"] == wake_at and requests == ["start"]
+    clock.advance(10)
+    with lw.local_world(data, clock=clock) as world:
+        r = lw.run_workflow(wf, {}, world=world, run_id="run_poll1", suspend=True)
+        assert r.status == "completed" and r.output == {"output": "the report is ready"}
+        # The committed first request was not sent again; one timer, fired once.
+        assert requests == ["start", "poll"]
+        types = [e.type for e in world.list_events("run_poll1")]
+        assert types.count("timer.scheduled") == 1 and types.count("timer.fired") == 1
+        assert lw.replay_run(world, "run_poll1", wf).output == r.output and requests == ["start", "poll"]

@@ -16,7 +16,11 @@ order calls happen in, so concurrent agent runs and parallel tool calls cannot s
 results on resume. A resumed (or replayed) run gets every committed response and tool
 result from the log and calls nothing committed again. The agent run id and start time
 come from `ctx.uuid()` and `ctx.now()`, so they are the same on resume; waits inside the
-agent graph are `ctx.sleep` timers. Values cross the step boundary as JSON (Pydantic AI's
+agent graph (polling a model's background job) are `ctx.sleep` timers: a resumed run
+waits only until the committed wake time. A failed model request or tool call is recorded
+with its type (name, module, qualified name) and, served from the log, raises the same
+class again (`recorded_exception` says what is kept), so a body that catches by type takes
+the same branch on resume. Values cross the step boundary as JSON (Pydantic AI's
 JSON codec); outputs over 64 KiB go to artifacts as every step output does.
 
 Outside a workflow (or inside a step function) the capability does nothing: the agent runs
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -134,6 +139,32 @@ class _Occurrences:
 _OCCURRENCES = _Occurrences()
 
 
+def recorded_exception(error: Mapping[str, Any]) -> Exception | None:
+    """The exception a failed unit raised, rebuilt from its log record: same class, same
+    `str()`, `args == (message,)`; any attribute the class declares (Pydantic AI's `message`,
+    `body`, `model_name`…) is the message for `message` and None otherwise, as their
+    values are not recorded. None (the caller keeps the StepFailedError) when the class is
+    not an Exception subclass of a module already loaded in this process: the log never
+    makes us import code."""
+    module = sys.modules.get(str(error.get("module")))
+    cls: Any = module
+    for part in str(error.get("qualname") or "").split("."):
+        cls = getattr(cls, part, None) if part and part != "<locals>" else None
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return None
+    message = str(error.get("message", ""))
+    try:
+        exc = cls.__new__(cls)
+        Exception.__init__(exc, message)
+        for klass in reversed(cls.__mro__):
+            for name in getattr(klass, "__annotations__", {}):
+                if not name.startswith("_"):
+                    setattr(exc, name, message if name == "message" else None)
+    except (TypeError, AttributeError):
+        return None  # a class that cannot be built this way: the StepFailedError says what
+    return exc
+
+
 class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | None"]):
     """Runs each durable unit of an agent run as one `ctx.step` of the enclosing workflow."""
 
@@ -161,11 +192,15 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | No
         try:
             return await ctx.step(path, unit, retry=config)
         except StepFailedError as e:
-            # The first execution raises what the model or tool raised (Pydantic AI acts on
-            # the type); a failure served from the log stays a StepFailedError naming it.
+            # The first execution raises what the model or tool raised (Pydantic AI and the
+            # workflow body act on the type); a failure served from the log raises the same
+            # class again, so a resumed body takes the same branch.
             if e.__cause__ is not None:
                 raise e.__cause__ from None
-            raise
+            again = recorded_exception(e.error)
+            if again is None:
+                raise
+            raise again from e
 
     def _path_key(self, operation_id: DurableOperationId, name: str,
                   cache_key: tuple[object, ...]) -> str:

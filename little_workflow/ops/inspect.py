@@ -18,6 +18,7 @@ from typing import Any
 import little_workflow as lw
 
 from ..runtime.values import stored_value
+from ..world.catalogue import OWNER_EVENTS
 
 TERMINAL_EVENTS = {"run.completed": "completed", "run.failed": "failed",
                    "run.cancelled": "cancelled"}
@@ -194,7 +195,7 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
     forked = created.get("forkedFrom") if isinstance(created.get("forkedFrom"), dict) else None
     return {
         "runId": run_id,
-        "workflowId": state.workflow_id,
+        "workflowId": state.workflow_id or _owner_label(events),
         "version": state.workflow_version_id or created.get("workflowVersion"),
         "status": state.status,
         "input": _plain(state.input),
@@ -217,6 +218,11 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
     }
 
 
+def _owner_label(events: list[Any]) -> str | None:
+    """The workflow id the catalogue lists a data-only run under (a LangGraph thread)."""
+    return OWNER_EVENTS.get(events[0].type) if events else None
+
+
 def run_summary(world: Any, run_id: str) -> dict[str, Any]:
     """One row of the runs list: status, workflow, started, duration, what it waits for."""
     events = world.list_events(run_id)
@@ -230,7 +236,7 @@ def run_summary(world: Any, run_id: str) -> dict[str, Any]:
     error = _plain(state.error) or (ended or {}).get("error")
     return {
         "runId": run_id,
-        "workflowId": state.workflow_id,
+        "workflowId": state.workflow_id or _owner_label(events),
         "status": state.status,
         "startedAt": folded["t0"] + started,
         "durationSeconds": round(end_t - started, 6),

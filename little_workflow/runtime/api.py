@@ -6,7 +6,7 @@ They pick the World, then hand over to one run (`runner.arun_single`), an outer 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, TypeVar
 
 from .memory import pipeline_key
 from .outer_loop import arun_outer_loop
@@ -14,6 +14,13 @@ from .pipeline import Pipeline, pipeline_members
 from .runner import arun_single, run_sync
 from .state import RunResult
 from .workflow import Workflow, workflow
+
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .outer_loop import Supervisor
+
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 def resolve_world(world: Any) -> Any:
@@ -33,16 +40,16 @@ def resolve_world(world: Any) -> Any:
 
 
 async def arun_workflow(
-    wf: Workflow,
-    input: Any = None,
+    wf: Workflow[In, Out],
+    input: In | None = None,
     *,
     world: Any = None,
     run_id: str | None = None,
     max_outer_cycles: int | None = None,
-    supervise: Callable[..., Any] | None = None,
+    supervise: Supervisor[In, Out] | None = None,
     outer_loop_id: str | None = None,
     suspend: bool = False,
-) -> RunResult:
+) -> RunResult[Out]:
     """Start or resume a run and return its result (the coroutine form of `run_workflow`).
 
     - `world`: a World, an fsspec URL, or None for `local_world()` in the current directory.
@@ -70,16 +77,16 @@ async def arun_workflow(
 
 
 def run_workflow(
-    wf: Workflow,
-    input: Any = None,
+    wf: Workflow[In, Out],
+    input: In | None = None,
     *,
     world: Any = None,
     run_id: str | None = None,
     max_outer_cycles: int | None = None,
-    supervise: Callable[..., Any] | None = None,
+    supervise: Supervisor[In, Out] | None = None,
     outer_loop_id: str | None = None,
     suspend: bool = False,
-) -> RunResult:
+) -> RunResult[Out]:
     """Start or resume a run and wait for its result. Works in plain scripts and inside a
     running event loop (a notebook cell). Arguments and errors as `arun_workflow`."""
     return run_sync(lambda: arun_workflow(
@@ -88,13 +95,13 @@ def run_workflow(
 
 
 async def arun_pipeline(
-    workflows: Iterable[Workflow] | Mapping[str, Workflow],
-    input: Any = None,
+    workflows: Iterable[Workflow[Any, Any]] | Mapping[str, Workflow[Any, Any]],
+    input: In | None = None,
     *,
-    orchestrator: Workflow | Callable[..., Awaitable[Any]],
+    orchestrator: Workflow[In, Out] | Callable[[RunContext, In], Awaitable[Out]],
     world: Any = None,
     run_id: str | None = None,
-) -> RunResult:
+) -> RunResult[Out]:
     """Coroutine form of `run_pipeline`."""
     members = pipeline_members(workflows)
     if not isinstance(orchestrator, Workflow):
@@ -107,13 +114,13 @@ async def arun_pipeline(
 
 
 def run_pipeline(
-    workflows: Iterable[Workflow] | Mapping[str, Workflow],
-    input: Any = None,
+    workflows: Iterable[Workflow[Any, Any]] | Mapping[str, Workflow[Any, Any]],
+    input: In | None = None,
     *,
-    orchestrator: Workflow | Callable[..., Awaitable[Any]],
+    orchestrator: Workflow[In, Out] | Callable[[RunContext, In], Awaitable[Out]],
     world: Any = None,
     run_id: str | None = None,
-) -> RunResult:
+) -> RunResult[Out]:
     """Run `orchestrator` as the top-level run; it calls members with
     `await ctx.call_workflow(name, input)`, each a sub-run whose id is reserved first."""
     return run_sync(lambda: arun_pipeline(workflows, input, orchestrator=orchestrator,

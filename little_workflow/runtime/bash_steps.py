@@ -123,7 +123,7 @@ def build_filesystem(ctx: Any, step_path: str, mounts: dict[str, Any] | None) ->
     return root
 
 
-class BashResult(dict):  # type: ignore[type-arg]
+class BashResult(dict[str, Any]):
     """{"stdout", "stderr", "exitCode"} — also `.stdout`, `.stderr`, `.exit_code`."""
 
     @property

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import (
+    TYPE_CHECKING,
     Any,
     Awaitable,
     Callable,
@@ -32,7 +33,7 @@ from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
 from ..world.models import Event, thaw
 from .active_index import TERMINAL_EVENTS, mark_finished
-from .bash_steps import run_bash_step
+from .bash_steps import BashResult, run_bash_step
 from .loops import may_block_loop
 from .memory import RunMemory
 from .pipeline import call_workflow
@@ -51,10 +52,13 @@ from .steps import (
 )
 from .values import stored_value, to_json_value
 
-#: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
+if TYPE_CHECKING:
+    from uuid import UUID
+
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
+#: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
 INLINE_OUTPUT_LIMIT = 64 * 1024
 
 Mode = Literal["execute", "replay"]
@@ -426,6 +430,17 @@ class RunContext:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
+    # Typed for callers: a list of what the callables return (awaited when async).
+    @overload
+    async def parallel(self, path: str, callables: Iterable[Callable[[], Awaitable[T]]],  # type: ignore[overload-overlap]
+                       max_concurrency: int | None = None, *, retry: Retry | None = None,
+                       timeout: float | None = None) -> list[T]: ...
+
+    @overload
+    async def parallel(self, path: str, callables: Iterable[Callable[[], T]],
+                       max_concurrency: int | None = None, *, retry: Retry | None = None,
+                       timeout: float | None = None) -> list[T]: ...
+
     async def parallel(
         self,
         path: str,
@@ -486,13 +501,14 @@ class RunContext:
 
         await sleep_seconds(self, path, seconds)
 
-    async def sleep_until(self, path: str, when: Any) -> None:
+    async def sleep_until(self, path: str, when: datetime | float) -> None:
         """Sleep until `when` (an aware datetime or epoch seconds), durably."""
         from .timers import sleep_until_time
 
         await sleep_until_time(self, path, when)
 
-    async def wait_for_event(self, path: str, name: str, timeout: float | None = None) -> Any:
+    async def wait_for_event(self, path: str, name: str,
+                             timeout: float | None = None) -> Any | None:
         """The payload of the first event `name` sent to this run (`lw.send_event`) that
         no earlier wait took, or None once `timeout` seconds have passed."""
         from .signals import wait_for_event
@@ -506,7 +522,7 @@ class RunContext:
 
         return now(self)
 
-    def uuid(self) -> Any:
+    def uuid(self) -> UUID:
         """A random uuid.UUID, recorded: a resumed or replayed run gets the same value."""
         from .timers import new_uuid
 
@@ -532,7 +548,7 @@ class RunContext:
         """Run pipeline member `name` as a sub-run (its id reserved in this run's log)."""
         return await call_workflow(self, name, input)
 
-    async def bash(self, path: str, script: str, **options: Any) -> Any:
+    async def bash(self, path: str, script: str, **options: Any) -> BashResult:
         """Run `script` in just-bash (a bash interpreter in Python: no host shell, no
         host files) as the durable step `path`, and return its result: a dict
         {"stdout", "stderr", "exitCode"} that also has `.stdout`, `.stderr`, `.exit_code`.

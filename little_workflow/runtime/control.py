@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import (
     InputMismatchError,
@@ -19,6 +19,8 @@ from .state import TERMINAL_STATUSES, RunLog
 from .waiting import notify_run, requested_reason
 from .workflow import Workflow
 
+In = TypeVar("In")
+
 
 def _world(world: Any) -> Any:
     from ..world import default_world, virtual_world
@@ -28,7 +30,7 @@ def _world(world: Any) -> Any:
     return virtual_world(world) if isinstance(world, str) else world
 
 
-def _create_unless_exists(wf: Workflow, input: Any, world: Any, run_id: str | None) -> str:
+def _create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id: str | None) -> str:
     """Create the run (validated first); an existing run with this id, workflow and input
     is a no-op. Plain blocking code: no event loop is needed to write four records."""
     from .context import RunContext
@@ -54,13 +56,13 @@ def _create_unless_exists(wf: Workflow, input: Any, world: Any, run_id: str | No
     return run_id
 
 
-async def astart_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
+async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
                           run_id: str | None = None) -> str:
     """`start_workflow` for async code: the writes run in a worker thread."""
     return await asyncio.to_thread(_create_unless_exists, wf, input, world, run_id)
 
 
-def start_workflow(wf: Workflow, input: Any = None, *, world: Any = None,
+def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
                    run_id: str | None = None) -> str:
     """Validate the input and create the run without executing it (a worker will);
     returns its run id."""

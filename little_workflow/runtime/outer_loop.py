@@ -13,7 +13,7 @@ import contextlib
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar, Union
 
 from pydantic.alias_generators import to_camel
 
@@ -25,14 +25,22 @@ from .values import stored_value
 from .workflow import Workflow
 
 
-@dataclass(frozen=True)
-class Done:
-    final_output: Any = None
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 @dataclass(frozen=True)
-class Continue:
-    next_input: Any = None
+class Done(Generic[Out]):
+    """The supervisor's "stop": `final_output` becomes the outer loop's output."""
+
+    final_output: Out = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Continue(Generic[In]):
+    """The supervisor's "go on": `next_input` is the next cycle's input."""
+
+    next_input: In = None  # type: ignore[assignment]
 
 
 @contextlib.asynccontextmanager
@@ -70,6 +78,12 @@ class CycleRecord(dict):  # type: ignore[type-arg]
         raise AttributeError(name)
 
 
+#: `supervise(cycle, history)` for a `Workflow[In, Out]`, sync or async. (In comes first
+#: in the alias, so `Supervisor[In, Out]` binds them in that order.)
+Supervisor = Callable[["CycleRecord", list["CycleRecord"]],
+                      Union[Continue[In], Done[Out], Awaitable[Union[Continue[In], Done[Out]]]]]
+
+
 async def _decide(supervise: Callable[..., Any], cycle: dict[str, Any], history: list[dict[str, Any]]) -> Any:
     decision = supervise(CycleRecord(cycle), [CycleRecord(c) for c in history])
     if inspect.isawaitable(decision):
@@ -80,14 +94,14 @@ async def _decide(supervise: Callable[..., Any], cycle: dict[str, Any], history:
 
 
 async def arun_outer_loop(
-    wf: Workflow,
+    wf: Workflow[Any, Any],
     input: Any,
     *,
     world: Any,
     max_outer_cycles: int | None,
     supervise: Callable[..., Any] | None,
     outer_loop_id: str | None,
-) -> RunResult:
+) -> RunResult[Any]:
     if not max_outer_cycles or max_outer_cycles < 1:
         raise ValueError("max_outer_cycles must be a positive integer for an outer loop")
     if supervise is None:
@@ -112,7 +126,7 @@ async def arun_outer_loop(
         if manifest["inputHash"] != input_hash:
             raise InputMismatchError(outer_loop_id, manifest["inputHash"], input_hash)
 
-        def finished() -> RunResult:
+        def finished() -> RunResult[Any]:
             result = manifest["result"]
             last = manifest["cycles"][-1] if manifest["cycles"] else {}
             return RunResult(run_id=last.get("runId", ""), status="completed",

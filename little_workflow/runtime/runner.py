@@ -47,6 +47,7 @@ from .waiting import (
 from .workflow import Workflow
 
 T = TypeVar("T")
+Out = TypeVar("Out")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -98,7 +99,7 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return box["value"]
 
 
-def input_json(wf: Workflow, input: Any, run_id: str) -> Any:
+def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
     """The run input as plain JSON, validated against the workflow's input schema."""
     try:
         from pydantic import BaseModel
@@ -128,16 +129,16 @@ async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-def register_version(world: Any, wf: Workflow) -> None:
+def register_version(world: Any, wf: Workflow[Any, Any]) -> None:
     path = f"workflow-versions/{wf.version_id}.json"
     if world.file_info(path) is None:
         world.create_document(path, wf.version_record())
 
 
 async def arun_single(
-    wf: Workflow, input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
+    wf: Workflow[Any, Any], input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
     suspend: bool = False, parent_run_id: str | None = None,
-) -> RunResult:
+) -> RunResult[Any]:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
     must wait (a sleep, an event) releases its lock and returns `status="waiting"`."""
     if not isinstance(wf, Workflow):
@@ -153,9 +154,9 @@ async def arun_single(
 
 
 async def _run_locked(
-    world: Any, wf: Workflow, input: Any, run_id: str, pipeline: Any, suspend: bool = False,
+    world: Any, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
     parent_run_id: str | None = None,
-) -> RunResult:
+) -> RunResult[Any]:
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
     input_hash = content_hash(input)
@@ -188,8 +189,8 @@ async def _run_locked(
         raise
 
 
-async def _execute_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
-                       parent_run_id: str | None) -> RunResult:
+async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
+                       parent_run_id: str | None) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     if log.created is None:
         # A sub-run names its parent, so the catalogue can list a pipeline's runs.
@@ -248,7 +249,7 @@ def failure_payload(e: BaseException) -> dict[str, Any]:
     return {"error": error_record(e), "traceback": tb}
 
 
-def create_run_sync(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
+def create_run_sync(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                     extra: dict[str, Any] | None = None) -> None:
     """Write a new run: its version record, scratch folder, index entry, `run.created`."""
     world = ctx.world
@@ -262,7 +263,7 @@ def create_run_sync(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
     })
 
 
-async def create_run(ctx: RunContext, wf: Workflow, input: Any, input_hash: str,
+async def create_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                      extra: dict[str, Any] | None = None) -> None:
     # One thread hop for the four writes (each may block on an fsync or the network).
     await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
@@ -274,7 +275,7 @@ def to_output_json(value: Any, run_id: str) -> Any:
     return thaw(to_json_value(value, run_id, "(workflow output)"))
 
 
-def _result(world: Any, log: RunLog, wf: Workflow | None) -> RunResult:
+def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
     output = stored_value(world, log.output, log.output_ref)
     created = log.created or {}
     return RunResult(
@@ -290,7 +291,7 @@ def materialize_run_state(world: Any, run_id: str) -> RunState:
     return materialize(RunLog.fold(run_id, events), functools.partial(stored_value, world))
 
 
-async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
+async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     validate_run_id(run_id)
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -320,7 +321,7 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
                      workflow_id=wf.id)
 
 
-def replay_run(world: Any, run_id: str, wf: Workflow) -> RunResult:
+def replay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     """Re-execute `wf` against the run's log, calling no step. Raises
     `ReplayDivergenceError` when the code asks for steps the log does not hold, or in
     another order — the way to check a code change against old runs."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -12,6 +12,9 @@ from ..world.models import Event
 
 RunStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled", "unknown"]
 TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+
+#: A run's output type, for type checkers: `RunResult[Out].output` is an `Out`.
+Out = TypeVar("Out")
 
 
 @dataclass(slots=True)
@@ -224,7 +227,7 @@ class RunState(_Model):
     forked_from: dict[str, Any] | None = None
 
 
-class RunResult(_Model):
+class RunResult(_Model, Generic[Out]):
     """What `run_workflow` / `arun_workflow` / `run_pipeline` return for a finished run.
 
     Fields:
@@ -245,7 +248,7 @@ class RunResult(_Model):
 
     run_id: str
     status: RunStatus
-    output: Any = None
+    output: Out = None  # type: ignore[assignment]  # None unless status is "completed"
     workflow_id: str | None = None
     outer_loop_id: str | None = None
     result_kind: str | None = None

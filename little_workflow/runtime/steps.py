@@ -43,7 +43,11 @@ NO_RETRY = Retry(max_attempts=1)
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc)}
+    # module + qualname: the type as data, so a failure served from the log can name (and
+    # an integration can raise again) the exact class, not only its short name.
+    cls = type(exc)
+    return {"type": cls.__name__, "message": str(exc), "module": cls.__module__,
+            "qualname": cls.__qualname__}
 
 
 class StepSlot:

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from ..errors import LittleWorkflowError, RunCancelledError, WorkflowFailedError
+from ..errors import LittleWorkflowError, RunCancelledError, RunLockedError, WorkflowFailedError
 from ..world.clock import from_iso
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .loops import own
@@ -67,6 +67,7 @@ class Worker:
         self._finished: set[str] = set()
         self._backoff = RetryBackoff(log)  # runs that could not run, and when to try again
         self._no_log_since: dict[str, float] = {}  # indexed run id with no log -> first seen
+        self._reread: set[str] = set()  # runs whose cached log must be read whole again
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._last_sweep = (0.0, 0.0)  # (duration, monotonic end) of the last sweep
@@ -78,6 +79,9 @@ class Worker:
 
     def _log(self, run_id: str) -> RunLog:
         cached = self._logs.get(run_id)
+        if run_id in self._reread:
+            self._reread.discard(run_id)
+            cached = None
         if cached is None:
             cached = self._logs[run_id] = RunLog(run_id=run_id)
         for e in self.world.list_events(run_id, after=cached.last_sequence):
@@ -122,9 +126,11 @@ class Worker:
             self._no_log_since.pop(run_id, None)
             if run_log.status in TERMINAL_STATUSES:
                 # Its runner died between the terminal event and removing the entry.
-                self._finished.add(run_id)
+                # Remembered as finished only while the entry stays: once it is gone,
+                # the same id listed again is a new run (deleted and created again).
                 self._logs.pop(run_id, None)
-                self._unindex(run_id)
+                if not self._unindex(run_id):
+                    self._finished.add(run_id)
                 continue
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
@@ -137,6 +143,7 @@ class Worker:
 
     def _forget(self, listed: set[str]) -> None:
         """Drop what this worker remembers of runs the index no longer names."""
+        self._reread.intersection_update(listed)
         for cache in (self._logs, self._no_log_since):
             for run_id in [r for r in cache if r not in listed]:
                 del cache[run_id]
@@ -198,6 +205,11 @@ class Worker:
             # Not run (its lock is held, its input no longer validates, the storage
             # failed): still unfinished, tried again after a backoff.
             self._backoff.failed(run_id, e, last_sequence)
+            if not isinstance(e, RunLockedError):
+                # What this worker read of the run may be of a run since deleted and
+                # created again under its id (its input no longer matches): read it
+                # whole next time.
+                self._reread.add(run_id)
         except Exception as e:
             self._backoff.failed(run_id, e, last_sequence)  # logged with its traceback
         finally:

@@ -5,15 +5,27 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Protocol, TypeVar, overload
 
 from ..errors import SchemaValidationError
 from ..world.ids import content_hash, validate_name, workflow_version_id
 
 if TYPE_CHECKING:
     import jsonschema
+    from pydantic import BaseModel
 
 WorkflowFn = Callable[..., Awaitable[Any]]
+
+#: The `ctx` a workflow function gets is a RunContext; spelled Any here because context.py
+#: imports this module (no import cycle, even for type checkers).
+AnyContext = Any
+
+#: What a workflow takes and returns, for type checkers: `Workflow[In, Out]`.
+In = TypeVar("In")
+Out = TypeVar("Out", covariant=True)
+InputT = TypeVar("InputT")
+OutputT = TypeVar("OutputT")
+M = TypeVar("M", bound="BaseModel")
 
 
 def _validator(schema: dict[str, Any] | None, what: str) -> "jsonschema.Draft7Validator | None":
@@ -42,11 +54,15 @@ def validate_against(validator: "jsonschema.Draft7Validator | None", value: Any,
 
 
 @dataclass(frozen=True)
-class Workflow:
-    """A workflow definition made by `@workflow`. Call `run_workflow(wf, input)`."""
+class Workflow(Generic[In, Out]):
+    """A workflow definition made by `@workflow`. Call `run_workflow(wf, input)`.
+
+    For type checkers it is `Workflow[In, Out]`: `async def f(ctx, input: In) -> Out`.
+    A run's output is JSON, so a workflow returning a pydantic model is a
+    `Workflow[In, dict[str, Any]]` (the model is dumped in JSON mode)."""
 
     id: str
-    fn: WorkflowFn
+    fn: Callable[[AnyContext, In], Awaitable[Out]]
     version: str = "1"
     input_schema: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
@@ -76,7 +92,7 @@ class Workflow:
             "skills": self.skills,
         }
 
-    async def __call__(self, ctx: Any, input: Any) -> Any:
+    async def __call__(self, ctx: AnyContext, input: In) -> Out:
         return await self.fn(ctx, input)
 
 
@@ -87,6 +103,20 @@ def _source_of(fn: Callable[..., Any]) -> str:
         return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+class WorkflowDecorator(Protocol):
+    """What `workflow(...)` returns: `async def f(ctx, input: X) -> Y` becomes a
+    `Workflow[X, Y]`; a `Workflow[X, dict[str, Any]]` when Y is a pydantic model, since a
+    run's output is the model's JSON."""
+
+    @overload
+    def __call__(self, fn: Callable[[AnyContext, InputT], Awaitable[M]], /  # type: ignore[overload-overlap]
+                 ) -> Workflow[InputT, dict[str, Any]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[AnyContext, InputT], Awaitable[OutputT]], /
+                 ) -> Workflow[InputT, OutputT]: ...
+
+
 def workflow(
     id: str | None = None,
     *,
@@ -94,10 +124,10 @@ def workflow(
     output_schema: dict[str, Any] | None = None,
     version: str = "1",
     skills: dict[str, str] | None = None,
-) -> Callable[[WorkflowFn], Workflow]:
+) -> WorkflowDecorator:
     """Declare an `async def fn(ctx, input)` as a durable workflow."""
 
-    def decorate(fn: WorkflowFn) -> Workflow:
+    def decorate(fn: WorkflowFn) -> Workflow[Any, Any]:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {fn.__qualname__} must be an async function")
         workflow_id = validate_name("workflow id", id or fn.__name__)
@@ -130,4 +160,4 @@ def workflow(
             _output_validator=_validator(output_schema, f"output of {workflow_id!r}"),
         )
 
-    return decorate
+    return decorate  # type: ignore[return-value]  # one function serves both overloads

@@ -31,9 +31,14 @@ from ..errors import CatalogueQueryError
 from .ids import RUN_ID_RE, sha256_hex
 from .publish import Publisher
 
-STATUSES = ("created", "running", "waiting", "completed", "failed", "cancelled")
+#: "unknown" is a run whose log has no lifecycle (no `run.created`): one that only holds
+#: data, e.g. a LangGraph thread (`OWNER_EVENTS`), as `materialize_run_state` says too.
+STATUSES = ("created", "running", "waiting", "completed", "failed", "cancelled", "unknown")
 TERMINAL = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
 FINISHED_STATUSES = frozenset(TERMINAL.values())
+#: The first event of a run that holds an integration's data and never runs (workers and
+#: gc leave it alone): its type → the workflow id the catalogue lists it under.
+OWNER_EVENTS = {"langgraph.thread": "langgraph"}
 #: Worlds larger than this report progress while their catalogue is built.
 PROGRESS_FROM = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -114,6 +119,8 @@ def summary_change(type_: str, payload: Any, created_at: str) -> tuple | None:
         return ("step", created_at) if p.get("attempt", 1) == 1 else None
     if kind == "created":
         return ("created", created_at, p.get("workflowId"), p.get("parentRunId"))
+    if kind == "owner":
+        return ("owner", created_at, OWNER_EVENTS[type_])
     if kind == "started":
         return ("started", created_at)
     if kind == "end":
@@ -136,7 +143,7 @@ def summary_change(type_: str, payload: Any, created_at: str) -> tuple | None:
 _CHANGES = {"run.created": "created", "run.started": "started", "run.completed": "end",
             "run.failed": "end", "run.cancelled": "end", "step.started": "step",
             "timer.scheduled": "wait", "wait.started": "wait", "timer.fired": "wait",
-            "wait.completed": "wait"}
+            "wait.completed": "wait", **{t: "owner" for t in OWNER_EVENTS}}
 
 
 def changes_status(change: tuple) -> bool:
@@ -164,6 +171,12 @@ def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
                              "error": None, "parentRunId": change[3], "openWaits": {},
                              "sequence": sequence}
         return s
+    if kind == "owner":
+        if summary is not None:
+            return summary  # a run with a lifecycle keeps it
+        return {"runId": run_id, "workflowId": change[2], "status": "unknown", "createdAt": at,
+                "updatedAt": at, "steps": 0, "waiting": None, "error": None,
+                "parentRunId": None, "openWaits": {}, "sequence": sequence}
     if summary is None:
         return None
     s = dict(summary, updatedAt=at, sequence=sequence)

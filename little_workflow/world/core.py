@@ -291,20 +291,29 @@ class World:
         # of the payload ("payload" sorts before "type").
         digest = "sha256:" + hashlib.sha256(
             f'{{"payload":{payload_json},"type":{type_json}}}'.encode("utf-8")).hexdigest()
-        ledger = self._loaded_ledger(run_id)
-        pending = PendingEvent(self, ledger, run_id, type, frozen, refs, payload_json,
-                               type_json, digest, idempotency_key, durable)
-        with ledger.lock:
-            self._allocate(pending)
-            if idempotency_key is not None:
-                # A receipt is only ever seen once its event is committed.
-                pending.result()
-        return pending
+        while True:
+            ledger = self._loaded_ledger(run_id)
+            with ledger.lock:
+                if ledger.dropped:
+                    continue  # evicted meanwhile: take the state's ledger
+                pending = PendingEvent(self, ledger, run_id, type, frozen, refs, payload_json,
+                                       type_json, digest, idempotency_key, durable)
+                self._allocate(pending)
+                if idempotency_key is not None:
+                    # A receipt is only ever seen once its event is committed.
+                    pending.result()
+                return pending
 
     def _allocate(self, p: "PendingEvent") -> None:
         """Under the run's lock: receipt lookup → artifact-reference validation →
         sequence allocation → hand the event to the store, in sequence order."""
         ledger, run_id = p.ledger, p.run_id
+        if (not ledger.held and ledger.last_sequence and not self.events.checks_predecessor
+                and self.events.read_one(run_id, ledger.last_sequence) is None):
+            # No lock of this run is held here, so another process may have deleted it
+            # (and its id been used again) since this process read it: read it again
+            # rather than write after an event that is gone.
+            self._reload(run_id, ledger)
         # 1. receipt lookup
         if p.idempotency_key is not None:
             found = self._receipt(run_id, ledger, p.idempotency_key, p.digest)
@@ -316,7 +325,9 @@ class World:
             self.artifacts.require(ref)
         # 3. sequence allocation — never after the run's end, never by a holder that
         # may have lost its lease
-        self._check_open(run_id, ledger, p.type)
+        if ledger.finished is not None and p.type not in AFTER_END_ALLOWED:
+            self._reload(run_id, ledger)  # the end this process remembers may be of a deleted run
+            self._check_open(run_id, ledger, p.type)
         fence = self.state.fences.get(run_id)
         if fence is not None:
             fence()
@@ -334,6 +345,9 @@ class World:
         # Noted before the commit, so the next append of this run can be allocated
         # (and share the commit); rolled back if this one does not commit.
         ledger.note(sequence, p.idempotency_key, p.digest, p.type)
+        if sequence == 1:
+            ledger.first = (event.created_at, p.digest)
+        ledger.last_ticket = ticket
         p.event, p.ticket = event, ticket
 
     def _settle(self, p: "PendingEvent") -> Event:
@@ -363,7 +377,10 @@ class World:
                     ledger.rollback(ticket.epoch, ticket.first_lost)
                     before = ledger.last_sequence
                     self._catch_up(run_id, ledger)
-                    if ledger.last_sequence == before:
+                    # Nothing at the refused sequence: the event before it is gone (the
+                    # run was deleted since this process read it). Read it again; a log
+                    # that reads the same is corrupt.
+                    if ledger.last_sequence == before and not self._reload(run_id, ledger):
                         raise EventLogCorruptError(
                             run_id,
                             self.events.description,
@@ -421,16 +438,24 @@ class World:
         hit = ledger.receipts.get(key)
         if hit is None:
             return None
-        sequence, first_digest = hit
-        if first_digest != digest:
-            raise IdempotencyConflictError(run_id, key, first_digest, digest)
-        return self.read_event(run_id, sequence)
+        data = self.events.read_one(run_id, hit[0])
+        found = None if data is None else self._parse(run_id, [(hit[0], data)], hit[0] - 1)[0]
+        if found is None or found.append_idempotency_key != key:
+            # A receipt of a run deleted since (its id used again): read the run again.
+            self._reload(run_id, ledger)
+            hit = ledger.receipts.get(key)
+            if hit is None:
+                return None
+            found = self.read_event(run_id, hit[0])
+        if hit[1] != digest:
+            raise IdempotencyConflictError(run_id, key, hit[1], digest)
+        return found
 
     def _loaded_ledger(self, run_id: str) -> RunLedger:
         ledger = self.state.ledger(run_id)
         if not ledger.loaded:
             with ledger.lock:
-                if not ledger.loaded:
+                if not ledger.loaded and not ledger.dropped:
                     self._catch_up(run_id, ledger)
                     ledger.loaded = True
             if self._finish_marked_deletion(run_id):
@@ -438,11 +463,27 @@ class World:
                 ledger.loaded = True  # nothing of the old run is left to read
         return ledger
 
+    def _reload(self, run_id: str, ledger: RunLedger) -> bool:
+        """Under the ledger's lock: forget what this process remembers of the run and
+        read it again from storage (this process's own appends committed first). True
+        when that changed what the ledger knew."""
+        ticket = ledger.last_ticket
+        if ticket is not None and not ticket.done:
+            try:
+                ticket.wait()
+            except Exception:
+                pass  # its own caller hears of it; what matters here is what is stored
+        before = (ledger.first, ledger.last_sequence, ledger.finished)
+        ledger.reset()
+        self._catch_up(run_id, ledger)
+        ledger.loaded = True
+        return (ledger.first, ledger.last_sequence, ledger.finished) != before
+
     def _catch_up(self, run_id: str, ledger: RunLedger) -> list[Event]:
         after = ledger.last_sequence
         events = self._parse(run_id, self._read_after(run_id, after), after)
         for e in events:
-            ledger.note(e.sequence, e.append_idempotency_key, e.request_digest, e.type)
+            ledger.note_event(e)
         return events
 
     def _read_after(self, run_id: str, after: int) -> list[tuple[int, bytes]]:
@@ -483,12 +524,19 @@ class World:
         events = self._parse(run_id, self._read_after(run_id, after), after)
         if first_load and self._finish_marked_deletion(run_id):
             return []
-        if events:
-            with ledger.lock:
-                for e in events:
-                    ledger.note(e.sequence, e.append_idempotency_key, e.request_digest, e.type)
-                if after == 0:
-                    ledger.loaded = True
+        if after != 0 and not ledger.loaded:
+            return events  # a part of the log: the ledger needs the whole of it
+        with ledger.lock:
+            if after == 0 and ledger.last_sequence and (
+                    not events or ledger.first != (events[0].created_at, events[0].request_digest)):
+                # Not the run this process remembers: it was deleted (and its id maybe
+                # used again) by another process.
+                self._reload(run_id, ledger)
+                return self._parse(run_id, self._read_after(run_id, 0), 0)
+            for e in events:
+                ledger.note_event(e)
+            if after == 0:
+                ledger.loaded = True
         return events
 
     def read_event(self, run_id: str, sequence: int) -> Event:
@@ -554,7 +602,15 @@ class World:
         validate_run_id(run_id)
         with self._holding(run_id), held(self.state, run_lock_name(run_id), run_id,
                                          self._cross_process_locks) as t:
-            yield t
+            # While the lock is held no other process can delete the run; once it is
+            # given back this process forgets the run (a cache of runs in use only).
+            ledger = self.state.ledger(run_id)
+            ledger.held = True
+            try:
+                yield t
+            finally:
+                ledger.held = False
+                self.state.forget(run_id, ledger)
 
     @contextlib.contextmanager
     def fence_lock(self, outer_loop_id: str) -> Iterator[str]:

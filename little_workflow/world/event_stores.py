@@ -63,6 +63,9 @@ PUBLISHED.done = PUBLISHED.published = True
 class EventStore(ABC):
     blocking: bool = True
     description: str = ""
+    #: The store refuses event N+1 of a run when event N is missing, in the same step as
+    #: the write (a process with a stale idea of the run cannot leave a hole).
+    checks_predecessor: bool = False
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
                 idempotency_key: str | None, epoch: int = 0,
@@ -223,6 +226,8 @@ class SqliteEventStore(EventStore):
 
     Every SQLite or OS failure leaves as `StorageError` naming events.db (read-only data
     dir, disk full, a file that is not a SQLite database)."""
+
+    checks_predecessor = True
 
     def __init__(self, db_path: str):
         self.db_path = db_path
@@ -511,10 +516,13 @@ class SqliteEventStore(EventStore):
         return results
 
     def insert_row(self, row: tuple) -> bool:
-        """One INSERT inside commit_rows' transaction; False when the row is taken."""
+        """One INSERT inside commit_rows' transaction; False when the row is taken, or
+        when its predecessor is missing (the run was deleted since its writer read it:
+        never a hole)."""
         return self._conn.execute(
             "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
-            " VALUES (?, ?, ?, ?)", row).rowcount == 1
+            " SELECT ?1, ?2, ?3, ?4 WHERE ?2 = 1 OR EXISTS"
+            " (SELECT 1 FROM events WHERE run_id = ?1 AND sequence = ?2 - 1)", row).rowcount == 1
 
     def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn(connection)` under the connection lock (reads of the run catalogue)."""

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 
 from .identity import object_lock
 from .posix import REAL_POSIX, Posix
+from .shared_state import BoundedSet
 
 TEMP_PREFIX = ".tmp-"
 
@@ -131,7 +132,8 @@ class LocalPublisher(Publisher):
     def __init__(self, fs: Any, posix: Posix | None = None):
         self.fs = fs
         self.posix: Posix = posix or getattr(fs, "posix", None) or REAL_POSIX
-        self._known_dirs: set[str] = set()
+        # Folders made already (one per run's events): a cache, so bounded.
+        self._known_dirs: set[str] = BoundedSet(4096)
         self._unsynced_dirs: set[str] = set()
         self._unsynced_lock = threading.Lock()
 

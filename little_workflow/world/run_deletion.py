@@ -65,9 +65,9 @@ def finish_deletion(world: Any, run_id: str) -> int:
     if world.catalogue is not None:
         world.catalogue.forget(run_id)  # before the log: never a summary without one
     freed += world.events.delete_run(run_id)
-    # This process forgets the run: a reused id allocates from sequence 1 again.
-    with world.state.lock:
-        world.state.ledgers.pop(run_id, None)
+    # This process forgets the run: a reused id allocates from sequence 1 again (an
+    # append holding the old ledger sees it dropped and takes a fresh one).
+    world.state.forget(run_id, wait=True)
     world.remove_file(tombstone_path(run_id))
     return freed
 

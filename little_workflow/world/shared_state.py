@@ -19,6 +19,11 @@ from .identity import object_token
 
 #: Terminal events and the status they end a run with.
 TERMINAL_STATUS = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
+#: Ledgers are a cache of storage: past this many, the oldest of runs whose lock this
+#: process does not hold are dropped (reading the run again restores them, receipts too).
+MAX_IDLE_LEDGERS = 1024
+#: Artifact ids known to exist are remembered up to this many, then forgotten at once.
+MAX_KNOWN_ARTIFACTS = 65536
 
 
 def normalize_root(root: str) -> str:
@@ -41,6 +46,14 @@ class RunLedger:
     finished_at: int = 0  # the terminal event's sequence
     #: Bumped by every rollback: appends allocated before it carry the old epoch.
     epoch: int = 0
+    #: (createdAt, requestDigest) of event 1: which incarnation of the run id this is
+    #: (a run deleted and created again under the same id is another one).
+    first: tuple[str, str] | None = None
+    #: This process holds the run's lock: no other process can delete the run meanwhile.
+    held: bool = False
+    #: No longer in the storage state: whoever still has it takes the state's ledger again.
+    dropped: bool = False
+    last_ticket: Any = None  # the last append handed to the store (it may not be committed)
 
     def note(self, sequence: int, key: str | None, digest: str, type_: str) -> None:
         if sequence > self.last_sequence:
@@ -50,6 +63,18 @@ class RunLedger:
         if type_ in TERMINAL_STATUS:
             self.finished = TERMINAL_STATUS[type_]
             self.finished_at = sequence
+
+    def note_event(self, event: Any) -> None:
+        if event.sequence == 1:
+            self.first = (event.created_at, event.request_digest)
+        self.note(event.sequence, event.append_idempotency_key, event.request_digest, event.type)
+
+    def reset(self) -> None:
+        """Forget everything, to read the run again from storage; appends allocated
+        before carry the old epoch."""
+        self.epoch += 1
+        self.loaded, self.last_sequence, self.receipts = False, 0, {}
+        self.finished, self.finished_at, self.first = None, 0, None
 
     def rollback(self, epoch: int, first_lost: int) -> None:
         """Forget appends from `first_lost` on (allocated but never committed), once per
@@ -61,6 +86,22 @@ class RunLedger:
         self.receipts = {k: v for k, v in self.receipts.items() if v[0] < first_lost}
         if self.finished is not None and self.finished_at >= first_lost:
             self.finished, self.finished_at = None, 0
+        if first_lost <= 1:
+            self.first = None
+
+
+class BoundedSet(set):
+    """A set that forgets everything once it holds `limit` members (a cache that must
+    not grow with everything a long-lived process ever saw)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def add(self, item: Any) -> None:
+        if len(self) >= self.limit:
+            self.clear()
+        super().add(item)
 
 
 @dataclass(eq=False)
@@ -69,7 +110,7 @@ class StorageState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     ledgers: dict[str, RunLedger] = field(default_factory=dict)
     active_runs: dict[str, str] = field(default_factory=dict)  # run id / fence -> token
-    known_artifacts: set[str] = field(default_factory=set)
+    known_artifacts: set[str] = field(default_factory=lambda: BoundedSet(MAX_KNOWN_ARTIFACTS))
     named_locks: dict[str, threading.Lock] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)  # e.g. the one SQLite store
     fences: dict[str, Callable[[], None]] = field(default_factory=dict)  # run id -> lease check
@@ -103,8 +144,48 @@ class StorageState:
         ledger = self.ledgers.get(run_id)
         if ledger is None:
             with self.lock:
-                ledger = self.ledgers.setdefault(run_id, RunLedger())
+                ledger = self.ledgers.get(run_id)
+                if ledger is None:
+                    ledger = self.ledgers[run_id] = RunLedger()
+                    if len(self.ledgers) > MAX_IDLE_LEDGERS:
+                        self._evict_idle(ledger)
         return ledger
+
+    def _evict_idle(self, keep: RunLedger) -> None:
+        """Under self.lock: drop the oldest ledgers of runs not held here, down to half
+        the limit (so eviction runs once per MAX_IDLE_LEDGERS / 2 new ledgers)."""
+        for run_id, ledger in list(self.ledgers.items()):
+            if len(self.ledgers) <= MAX_IDLE_LEDGERS // 2:
+                return
+            if ledger is not keep and not ledger.held:
+                self._drop(run_id, ledger)
+
+    def forget(self, run_id: str, ledger: RunLedger | None = None, *, wait: bool = False) -> None:
+        """Drop the ledger of `run_id` (only if it is `ledger`, when given). Without
+        `wait`, a ledger in use by an append is left alone. (Ledger lock before state
+        lock, never the other way round while blocking.)"""
+        current = self.ledgers.get(run_id)
+        if current is None or (ledger is not None and current is not ledger):
+            return
+        if not current.lock.acquire(blocking=wait):
+            return
+        try:
+            with self.lock:
+                if self.ledgers.get(run_id) is current:
+                    current.dropped = True
+                    del self.ledgers[run_id]
+        finally:
+            current.lock.release()
+
+    def _drop(self, run_id: str, ledger: RunLedger) -> None:
+        """Under self.lock: drop a ledger no append is using."""
+        if not ledger.lock.acquire(blocking=False):
+            return
+        try:
+            ledger.dropped = True
+            del self.ledgers[run_id]
+        finally:
+            ledger.lock.release()
 
     def named_lock(self, name: str) -> threading.Lock:
         with self.lock:
