@@ -74,6 +74,7 @@ def _transient(e: BaseException) -> bool:
 class AzureBlobPublisher(Publisher):
     blocking = True
     prefers_listing = True
+    empty_folders_stay = False  # no folders: a prefix is gone with its last blob
     atomic_publication = "yes: one conditional Put Blob (If-None-Match: *)"
     multi_writer = "yes: processes and hosts (the store arbitrates)"
 
@@ -119,7 +120,7 @@ class AzureBlobPublisher(Publisher):
                 raise storage_error(e, path, "reading") from e
             return None
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # blob names need no directories
 
     def list_names(self, path: str) -> list[str]:

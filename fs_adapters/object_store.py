@@ -132,6 +132,7 @@ def storage_error(e: BaseException, path: str, doing: str) -> StorageError:
 class ObjectStorePublisher(Publisher):
     blocking = True
     prefers_listing = True
+    empty_folders_stay = False  # no folders: a prefix is gone with its last key
     atomic_publication = "yes: one conditional PUT (If-None-Match: *)"
     multi_writer = "yes: processes and hosts (the store arbitrates)"
 
@@ -171,7 +172,7 @@ class ObjectStorePublisher(Publisher):
         except STORE_ERRORS as e:
             raise storage_error(e, path, "reading") from e
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # object stores have no directories
 
     def list_names(self, path: str) -> list[str]:
@@ -187,13 +188,13 @@ class ObjectStorePublisher(Publisher):
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
 
-    def list_page(self, path: str, start_after: str, limit: int) -> list[str]:
-        """One `ListObjectsV2` request from `start_after` on (`StartAfter`, `MaxKeys`):
-        a page of a folder costs one request, whatever the folder holds."""
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:
+        """One `ListObjectsV2` request from `start_after` on (`StartAfter`, `MaxKeys`, no
+        delimiter: keys at any depth): a page of a nested index costs one request,
+        whatever it holds."""
         bucket, _, key = self.fs._strip_protocol(path).strip("/").partition("/")
         prefix = key.rstrip("/") + "/"
-        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": limit,
-                                "Delimiter": "/"}
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": limit}
         if start_after:
             args["StartAfter"] = prefix + start_after
         try:
@@ -201,7 +202,7 @@ class ObjectStorePublisher(Publisher):
         except STORE_ERRORS as e:
             raise storage_error(e, path, "listing") from e
         names = [item["Key"][len(prefix):] for item in answer.get("Contents", [])]
-        return [n for n in names if n and not is_temp_name(n)]
+        return [n for n in names if n and not is_temp_name(n.rsplit("/", 1)[-1])]
 
     def cross_process_locks(self, root: str) -> "ObjectStoreLocks":
         return ObjectStoreLocks(self.fs, f"{root}/locks", lease_seconds=LEASE_SECONDS)

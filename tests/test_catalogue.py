@@ -16,6 +16,7 @@ from conftest import ROOT, private_memory
 import little_workflow as lw
 from little_workflow.runtime.state import RunLog
 from little_workflow.testing import FaultPlan, FaultyFileSystem, SimulatedCrash
+from little_workflow.world.posix import Posix
 
 T0 = 1_800_000_000.0
 
@@ -495,3 +496,81 @@ def test_an_s3_page_is_one_listing_from_a_start_key(request, tmp_path):
     assert [m for m, _ in calls if m == "ls"] == []  # never a whole-prefix listing
     assert len(listings) == 2 and all(kw["MaxKeys"] <= 16 for kw in listings)
     assert "StartAfter" not in listings[0] and listings[1]["StartAfter"].endswith("_run_20")
+
+
+# --- a page on a file World reads a bounded part of its indexes ----------------------------
+
+class CountingPosix(Posix):
+    """The real system calls, counting what directory listings hand back."""
+
+    def __init__(self) -> None:
+        self.listings = 0
+        self.names = 0
+
+    def listdir(self, path: str) -> list[str]:
+        names = super().listdir(path)
+        self.listings += 1
+        self.names += len(names)
+        return names
+
+
+def counting_filesystem(kind: str, tmp_path):
+    """(fs, counter): a local or PyFilesystem one whose listings are counted."""
+    if kind == "local-file":
+        from fsspec.implementations.local import LocalFileSystem
+
+        fs = LocalFileSystem(skip_instance_cache=True)
+        fs.posix = CountingPosix()
+        return fs, fs.posix
+    from fs.memoryfs import MemoryFS
+
+    from fs_adapters.pyfilesystem import PyFilesystemFS
+
+    fs, counter = PyFilesystemFS(MemoryFS()), CountingPosix()
+    real_ls = fs.ls
+
+    def ls(path, detail=True, **kw):
+        found = real_ls(path, detail=detail, **kw)
+        counter.listings += 1
+        counter.names += len(found)
+        return found
+
+    fs.ls = ls
+    return fs, counter
+
+
+@pytest.mark.parametrize("kind,n", [("local-file", 400), ("pyfs-memory", 1000)])
+def test_a_page_on_a_file_world_lists_only_the_newest_buckets(kind, n, tmp_path):
+    fs, counter = counting_filesystem(kind, tmp_path)
+    clock = SetClock(T0)
+    root = str(tmp_path / "wf") if kind == "local-file" else "/wf"
+    world = lw.virtual_world(fs, root, clock=clock)
+    for first in range(0, n, 100):  # ten runs a second, 1 % failed, a hundred at a time
+        batch = range(first, first + 100)
+        for i in batch:
+            clock.set(T0 + i / 10)
+            world.append_event(f"run_{i:05d}", "run.created", {"workflowId": "wf", "input": None},
+                               durable=False)
+            world.append_event(f"run_{i:05d}", "run.started", {"start": 1}, durable=False)
+        world.sync()  # their summaries written: running
+        for i in batch:
+            end = ("run.failed", {"error": {"type": "E", "message": "x"}}) if i % 100 == 7 \
+                else ("run.completed", {"output": i})
+            world.append_event(f"run_{i:05d}", *end, durable=False)
+        world.sync()
+
+    def counted(**kwargs):
+        counter.listings = counter.names = 0
+        page = lw.list_runs(world, limit=50, **kwargs)
+        # The newest buckets, never the whole index (by-created holds n names).
+        assert counter.listings <= 16 and counter.names < n // 2, (counter.listings, counter.names)
+        return page
+
+    first = counted()
+    assert ids(first) == [f"run_{i:05d}" for i in range(n - 1, n - 51, -1)]
+    assert ids(counted(cursor=first.next_cursor))[0] == f"run_{n - 51:05d}"
+    failed = counted(status="failed")
+    assert len(failed.runs) == n // 100 and all(r.status == "failed" for r in failed.runs)
+    assert ids(counted(created_before=at(20)))[0] == "run_00199"
+    # Every run was listed as running: those buckets were removed once empty.
+    assert fs.ls(f"{root}/catalogue/by-status/running", detail=False) == []

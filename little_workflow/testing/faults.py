@@ -180,6 +180,7 @@ class _FaultyPublisher(Publisher):
     def __init__(self, inner: Publisher, plan: FaultPlan):
         self.inner, self.plan, self.fs = inner, plan, inner.fs
         self.blocking = inner.blocking
+        self.empty_folders_stay = inner.empty_folders_stay
 
     def _op(self, name: str, path: str, data: bytes | None = None) -> None:
         if self.plan.tick(f"{name} {path}"):
@@ -203,9 +204,9 @@ class _FaultyPublisher(Publisher):
         self._op("read", path)
         return self.inner.read(path)
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         self._op("ensure_dir", path)
-        self.inner.ensure_dir(path)
+        self.inner.ensure_dir(path, durable=durable)
 
     def list_names(self, path: str) -> list[str]:
         self._op("list", path)
@@ -219,9 +220,9 @@ class _FaultyPublisher(Publisher):
         self._op("info", path)
         return self.inner.info(path)
 
-    def remove_dir(self, path: str) -> None:
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
         self._op("rmdir", path)
-        self.inner.remove_dir(path)
+        return self.inner.remove_dir(path, durable=durable)
 
 
 class _FaultySqliteEventStore(SqliteEventStore):

@@ -19,6 +19,7 @@ that a page of runs costs O(limit), not O(runs).
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import sys
 import threading
@@ -515,6 +516,13 @@ class StoreCatalogue:
 
 CATALOGUE_DIR = "catalogue"
 MARKER = f"{CATALOGUE_DIR}/built.json"
+#: The marker's content: a World whose marker differs (none, or an older layout) is built.
+MARKER_DOC = b'{"version": 2}'
+#: The folders above an index entry, as digit ranges of its order key: buckets of
+#: ~11.6 days, ~16.7 minutes and 1 second of created_at, named so that every level sorts
+#: newest first. Where a store cannot list from a key, a page lists the newest folders
+#: one at a time until it has its runs — it reads O(limit + a bucket), not the index.
+BUCKETS = ((0, 4), (4, 7), (7, 10))
 #: In-memory summaries kept per World storage (runs in flight), at most this many.
 CACHE_LIMIT = 4096
 
@@ -598,17 +606,22 @@ class FileCatalogue:
 
     catalogue/runs/<runId>.json                       the summary document (the truth
                                                       of the catalogue, after the log)
-    catalogue/by-created/<key>                        every run
-    catalogue/by-status/<status>/<key>                runs with that status (readers
+    catalogue/by-created/<entry>                      every run
+    catalogue/by-status/<status>/<entry>              runs with that status (readers
                                                       check the document: a crash may
                                                       leave an entry under the old one)
-    catalogue/by-workflow/<sha256(workflowId)[:24]>/<key>
-    catalogue/by-parent/<parentRunId>/<key>
+    catalogue/by-workflow/<sha256(workflowId)[:24]>/<entry>
+    catalogue/by-parent/<parentRunId>/<entry>
     catalogue/built.json                              written once every run has one
 
-    `<key>` = `order_key`: 16 digits of (10¹⁶−1 − createdAt in µs), `_`, the run id, so a
-    name-ordered listing is newest first. Index entries are written after the document,
-    and a status entry is removed only after the new one is written.
+    `<entry>` = `entry_path(key)`: `dddd/ddd/ddd/<key>`, the key's first ten digits as
+    bucket folders (`BUCKETS`); `<key>` = `order_key`: 16 digits of (10¹⁶−1 − createdAt
+    in µs), `_`, the run id — so names sort newest first at every level and the entry
+    paths of a whole index sort as their keys do. An object store lists a page of an
+    index from a start key at any depth (one request); elsewhere a page lists the
+    newest bucket folders one at a time (`_walk`), and emptied bucket folders are
+    removed with their last entry. Index entries are written after the document, and a
+    status entry is removed only after the new one is written.
 
     When a summary is written: after a status change's event is published — on a
     backend with real durability (local disk) only once the run's log up to it is
@@ -676,22 +689,48 @@ class FileCatalogue:
         doc_path = self.doc_path(run_id)
         p.ensure_dir(doc_path.rsplit("/", 1)[0])
         p.replace(doc_path, summary_json(summary).encode(), durable=False)
-        wanted = [self.path("by-status", summary["status"], key)]
-        if old is None:
-            wanted.append(self.path("by-created", key))
-            if summary.get("workflowId") is not None:
-                wanted.append(self.path("by-workflow", workflow_folder(summary["workflowId"]), key))
-            if summary.get("parentRunId"):
-                wanted.append(self.path("by-parent", summary["parentRunId"], key))
-        for path in wanted:
-            p.ensure_dir(path.rsplit("/", 1)[0])
-            p.publish_if_absent(path, b"", durable=False)
+        folders = [self.path("by-status", summary["status"])]
+        for folder in folders + (self.run_folders(summary) if old is None else []):
+            self.add_entry(folder, key)
         if old is not None and old.get("status") != summary["status"]:
-            p.remove(self.path("by-status", old["status"], key), durable=False)
+            self.remove_entry(self.path("by-status", old["status"]), key)
         elif old is None and not first_build:
             for status in STATUSES:  # a rewrite after a lag: no entry under another status
                 if status != summary["status"]:
-                    p.remove(self.path("by-status", status, key), durable=False)
+                    self.remove_entry(self.path("by-status", status), key)
+
+    def run_folders(self, summary: dict[str, Any]) -> list[str]:
+        """The index folders naming a run whatever its status."""
+        folders = [self.path("by-created")]
+        if summary.get("workflowId") is not None:
+            folders.append(self.path("by-workflow", workflow_folder(summary["workflowId"])))
+        if summary.get("parentRunId"):
+            folders.append(self.path("by-parent", summary["parentRunId"]))
+        return folders
+
+    def add_entry(self, folder: str, key: str) -> None:
+        path = f"{folder}/{entry_path(key)}"
+        for attempt in range(3):
+            # Not durable, as the entry: a power cut may take both back (a rebuild restores them).
+            self.publisher.ensure_dir(path.rsplit("/", 1)[0], durable=False)
+            try:
+                self.publisher.publish_if_absent(path, b"", durable=False)
+                return
+            except FileNotFoundError:
+                if attempt == 2:  # its bucket folder pruned under it again and again
+                    raise
+
+    def remove_entry(self, folder: str, key: str, *, durable: bool = False) -> None:
+        """Remove an entry; on a store where folders stay, its emptied bucket folders
+        too (else every later page would list them: by-status/running would fill with
+        empty buckets). A writer adding to a folder removed under it makes it again."""
+        p = self.publisher
+        if not p.remove(f"{folder}/{entry_path(key)}", durable=durable) or not p.empty_folders_stay:
+            return
+        buckets = entry_path(key).split("/")[:-1]
+        for depth in range(len(buckets), 0, -1):
+            if not p.remove_dir("/".join((folder, *buckets[:depth])), durable=False):
+                return
 
     def read_doc(self, run_id: str) -> dict[str, Any] | None:
         raw = self.publisher.read(self.doc_path(run_id))
@@ -735,13 +774,36 @@ class FileCatalogue:
         return out
 
     def _keys(self, folder: str, start_after: str, page: int) -> Iterator[str]:
+        """The keys of an index folder after `start_after`, in order: from a start key
+        where the store lists that way (one request a page), else bucket by bucket."""
+        start = entry_path(start_after) if start_after else ""
         while True:
-            names = self.publisher.list_page(folder, start_after, page)
-            yield from names
-            if len(names) < page:
+            paths = self.publisher.list_page(folder, start, page)
+            if paths is None:
+                yield from self._walk(folder, start_after, 0)
                 return
-            start_after = names[-1]
+            for path in paths:
+                key = path.rsplit("/", 1)[-1]
+                if path == entry_path(key):  # not a stray object in the index's prefix
+                    yield key
+            if len(paths) < page:
+                return
+            start = paths[-1]
             page = min(page * 4, 1000)
+
+    def _walk(self, folder: str, start_after: str, depth: int) -> Iterator[str]:
+        """Keys under a bucket folder (`depth` levels down the index) after
+        `start_after`, listing one folder at a time and only as far as the caller reads."""
+        names = self.publisher.list_names(folder)
+        if depth == len(BUCKETS):
+            yield from names[bisect.bisect_right(names, start_after):] if start_after else names
+            return
+        lo, hi = BUCKETS[depth]
+        bound = start_after[lo:hi]
+        for name in names:
+            if len(name) != hi - lo or not name.isdigit() or name < bound:
+                continue  # not a bucket (a stray file), or wholly before the start
+            yield from self._walk(f"{folder}/{name}", start_after if name == bound else "", depth + 1)
 
     def summary(self, run_id: str) -> dict[str, Any] | None:
         doc = self.read_doc(run_id)
@@ -783,30 +845,29 @@ class FileCatalogue:
         doc = self.read_doc(run_id)
         if doc is not None:
             key = order_key(created_us(doc), run_id)
-            paths = [self.path("by-status", s, key) for s in STATUSES]
-            paths.append(self.path("by-created", key))
-            if doc.get("workflowId") is not None:
-                paths.append(self.path("by-workflow", workflow_folder(doc["workflowId"]), key))
-            if doc.get("parentRunId"):
-                paths.append(self.path("by-parent", doc["parentRunId"], key))
-            for path in paths:
-                self.publisher.remove(path)
+            for folder in [self.path("by-status", s) for s in STATUSES] + self.run_folders(doc):
+                self.remove_entry(folder, key, durable=True)
         self.publisher.remove(self.doc_path(run_id))
 
     def ensure_built(self) -> None:
         """A World written before the catalogue existed gets one on first open."""
-        if self.publisher.read(self.path("built.json")) is not None:
+        if self.publisher.read(self.path("built.json")) == MARKER_DOC:
             return
         runs = self.logged_runs()
         if runs:
             self.rebuild(every_run=runs, first_build=True)
         marker = self.path("built.json")
         self.publisher.ensure_dir(marker.rsplit("/", 1)[0])
-        self.publisher.replace(marker, b'{"version": 1}')
+        self.publisher.replace(marker, MARKER_DOC)
 
 
 def workflow_folder(workflow_id: str) -> str:
     return sha256_hex(workflow_id)[:24]
+
+
+def entry_path(key: str) -> str:
+    """Where an order key lives inside an index folder: its buckets, then itself."""
+    return "/".join(key[lo:hi] for lo, hi in BUCKETS) + "/" + key
 
 
 def _merged(*iterators: Iterator[str]) -> Iterator[str]:

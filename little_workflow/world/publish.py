@@ -41,6 +41,8 @@ class Publisher(ABC):
     #: What the conformance suite measured for this backend (README table).
     atomic_publication: str = ""
     multi_writer: str = ""
+    #: True where a folder emptied of its files stays (and is listed) until removed.
+    empty_folders_stay: bool = True
 
     @abstractmethod
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
@@ -63,7 +65,9 @@ class Publisher(ABC):
         self.fs.pipe_file(tmp, data)
         self.fs.mv(tmp, path)
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        """Make the directory and its parents. `durable=False`: names a power cut may
+        take back (for folders whose files are not durable either)."""
         self.fs.makedirs(path, exist_ok=True)
 
     def sync(self) -> None:
@@ -79,15 +83,12 @@ class Publisher(ABC):
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
 
-    def list_page(self, path: str, start_after: str, limit: int) -> list[str]:
-        """Up to `limit` names directly under `path` that sort after `start_after`, in
-        order (the run catalogue reads its key indexes this way). Default: one listing
-        of the folder; object stores override it with a listing that starts at a key."""
-        import bisect
-
-        names = self.list_names(path)
-        i = bisect.bisect_right(names, start_after) if start_after else 0
-        return names[i:i + limit]
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:
+        """Up to `limit` files anywhere under `path`, as paths relative to it, that sort
+        after `start_after`, in name order — one listing that starts at a key (an object
+        store). None where the store has no such listing: the caller (the run catalogue)
+        then lists folder by folder with `list_names`."""
+        return None
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
         """Remove the file at `path`; False when there was none. `durable=False`: a
@@ -98,12 +99,14 @@ class Publisher(ABC):
             return False
         return True
 
-    def remove_dir(self, path: str) -> None:
-        """Remove an empty directory (a no-op where directories are not real)."""
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
+        """Remove an empty directory; False when it is not there or not empty (always,
+        where directories are not real). `durable=False`: a removal a power cut may undo."""
         try:
             self.fs.rmdir(path)
         except (FileNotFoundError, NotADirectoryError, OSError):
-            pass
+            return False
+        return True
 
     def info(self, path: str) -> dict[str, Any] | None:
         """`{"type": "file" | "directory", "size": n}`, or None when nothing is there."""
@@ -189,6 +192,8 @@ class LocalPublisher(Publisher):
         for i, directory in enumerate(ordered):
             try:
                 self.posix.fsync_dir(directory)
+            except FileNotFoundError:
+                continue  # removed since (an emptied catalogue bucket): its parent is owed
             except BaseException:
                 with self._unsynced_lock:  # not synced: still owed
                     self._unsynced_dirs.update(ordered[i:])
@@ -215,8 +220,25 @@ class LocalPublisher(Publisher):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
-    def ensure_dir(self, path: str) -> None:
-        self.posix.makedirs(path)
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        if durable:
+            self.posix.makedirs(path)
+            return
+        if path in self._known_dirs:
+            return  # removed by another process since? publish_if_absent makes it again
+        missing = []
+        current = os.path.abspath(path)
+        while not self.posix.isdir(current):
+            missing.append(current)
+            current = os.path.dirname(current)
+        for directory in reversed(missing):
+            try:
+                self.posix.mkdir(directory)
+            except FileExistsError:
+                pass
+            with self._unsynced_lock:  # its name: durable at the next sync()
+                self._unsynced_dirs.add(os.path.dirname(directory))
+        self._known_dirs.add(path)
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
         try:
@@ -230,12 +252,18 @@ class LocalPublisher(Publisher):
                 self._unsynced_dirs.add(os.path.dirname(path))
         return True
 
-    def remove_dir(self, path: str) -> None:
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
         try:
             self.posix.rmdir(path)
         except OSError:
-            return
-        self.posix.fsync_dir(os.path.dirname(path))
+            return False
+        if durable:
+            self.posix.fsync_dir(os.path.dirname(path))
+        else:
+            with self._unsynced_lock:
+                self._unsynced_dirs.add(os.path.dirname(path))
+        self._known_dirs.discard(path)
+        return True
 
     def info(self, path: str) -> dict[str, Any] | None:
         try:
@@ -266,6 +294,7 @@ class MemoryPublisher(Publisher):
     """
 
     blocking = False
+    empty_folders_stay = False  # a listing sees only the files' keys
     atomic_publication = "yes: one dict insert (setdefault) under the GIL"
     multi_writer = "threads of one process (the store lives in the process)"
 
@@ -292,14 +321,17 @@ class MemoryPublisher(Publisher):
         # getvalue() hands back the stored bytes without the copy getbuffer() would make.
         return None if f is None else f.getvalue()
 
-    def ensure_dir(self, path: str) -> None:
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # memory files need no parent directories
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
         return self.fs.store.pop(self._key(path), None) is not None
 
-    def remove_dir(self, path: str) -> None:
-        self.fs.pseudo_dirs[:] = [d for d in self.fs.pseudo_dirs if d != self._key(path)]
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
+        key = self._key(path)
+        found = key in self.fs.pseudo_dirs
+        self.fs.pseudo_dirs[:] = [d for d in self.fs.pseudo_dirs if d != key]
+        return found
 
     def list_names(self, path: str) -> list[str]:
         prefix = self._key(path).rstrip("/") + "/"
@@ -308,6 +340,16 @@ class MemoryPublisher(Publisher):
             if key.startswith(prefix):
                 names.add(key[len(prefix):].split("/", 1)[0])
         return sorted(n for n in names if n and not is_temp_name(n))
+
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:
+        """One pass over the store (a dict: every listing here costs O(files) anyway)."""
+        import heapq
+
+        prefix = self._key(path).rstrip("/") + "/"
+        start = prefix + start_after
+        keys = (k for k in list(self.fs.store) if k.startswith(prefix) and k > start)
+        found = heapq.nsmallest(limit, keys)
+        return [k[len(prefix):] for k in found if not is_temp_name(k.rsplit("/", 1)[-1])]
 
 
 class ChainedPublisher(Publisher):
@@ -380,14 +422,18 @@ class PrefixedPublisher(Publisher):
     def read(self, path: str) -> bytes | None:
         return self.inner.read(self._join(path))
 
-    def ensure_dir(self, path: str) -> None:
-        self.inner.ensure_dir(self._join(path))
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        self.inner.ensure_dir(self._join(path), durable=durable)
 
     def list_names(self, path: str) -> list[str]:
         return self.inner.list_names(self._join(path))
 
-    def list_page(self, path: str, start_after: str, limit: int) -> list[str]:
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:
         return self.inner.list_page(self._join(path), start_after, limit)
+
+    @property
+    def empty_folders_stay(self) -> bool:  # type: ignore[override]
+        return self.inner.empty_folders_stay
 
     def sync(self) -> None:
         self.inner.sync()
@@ -395,8 +441,8 @@ class PrefixedPublisher(Publisher):
     def remove(self, path: str, *, durable: bool = True) -> bool:
         return self.inner.remove(self._join(path), durable=durable)
 
-    def remove_dir(self, path: str) -> None:
-        self.inner.remove_dir(self._join(path))
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
+        return self.inner.remove_dir(self._join(path), durable=durable)
 
     def info(self, path: str) -> dict[str, Any] | None:
         return self.inner.info(self._join(path))
