@@ -187,7 +187,11 @@ def test_two_concurrent_agent_runs_keep_their_own_results(lw_world: Any) -> None
     paths = unit_paths(lw_world, "run_two")
     assert len(paths) == 8
     assert {p.split("/")[1] for p in paths} == {res.output["a"], res.output["b"]}
-    assert lw.replay_run(lw_world, "run_two", wf).output == res.output
+    # Served again on a resume: each agent run gets its own recorded results back.
+    assert lw.run_workflow(wf, {}, world=lw_world, run_id="run_two").output == res.output
+    # Not `replay_run` here: two agent runs under a bare asyncio.gather interleave their
+    # steps in whatever order their threads finish, and replay checks the log's order of
+    # steps that are not in one ctx.parallel group (a known limit, noted on issue 22).
 
 
 def test_an_error_in_a_tool_keeps_its_type_and_the_run_fails(lw_world: Any) -> None:
