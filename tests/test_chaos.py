@@ -1,0 +1,284 @@
+"""The chaos test (issue 20): several real processes on ONE World — two `little worker`s,
+a starter, two senders (one aiming at wait deadlines), a canceller, a forker, a gc loop,
+a pipeline runner and a `little` CLI caller — with random SIGKILL and SIGSTOP/SIGCONT of
+the processes that run steps, on local_world, a local-file virtual world and S3 (moto,
+short leases). Then a drain (a clean worker runs everything to its end) and the history
+checker (`chaos/history.py`) over every log and the external step ledger.
+
+`LW_CHAOS_SECONDS` (default 40) is the chaos time, split over the backends (S3 half);
+`LW_CHAOS_SEED` reproduces a run's schedule of kills, pauses and actions (the report of
+a failure prints it); `LW_CHAOS_WORKDIR` keeps the process logs; `LW_CHAOS_ROLES`
+(e.g. `starter,sender`) runs only those actors besides the workers, a focused run. The first tests prove
+that each rule of the checker fires on a hand-made history that breaks it, and stays
+quiet on one that does not.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import little_workflow as lw
+from chaos import history
+from chaos.driver import ACTOR_ROLES, MotoProcess, SlowLink, run_chaos
+
+SECONDS = float(os.environ.get("LW_CHAOS_SECONDS", "40"))
+SEED = int(os.environ.get("LW_CHAOS_SEED") or int(time.time()) % 100_000)
+LEASE = 1.5
+#: A focused run: only these actors besides the two workers (e.g. `starter,sender`).
+ROLES = tuple(os.environ["LW_CHAOS_ROLES"].split(",")) if os.environ.get("LW_CHAOS_ROLES") \
+    else None
+#: On S3 every action is several HTTP requests and every `little` call a fresh s3fs
+#: client: the CLI caller and the forker (both covered on the local backends) are left
+#: out, so the workers get the CPU to be caught mid-run.
+S3_ROLES = tuple(r for r in ACTOR_ROLES if r not in ("cli", "forker"))
+
+
+# ---- the checker on hand-made histories ---------------------------------------------------
+
+@dataclass
+class Ev:
+    sequence: int
+    type: str
+    payload: Any
+    created_at: str = "2026-12-01T12:00:00+00:00"
+
+
+def at(second: float) -> str:
+    return f"2026-12-01T12:00:{second:06.3f}+00:00"
+
+
+T0 = 1796126400.0  # 2026-12-01T12:00:00Z as epoch seconds
+
+
+def execution(run: str, path: str, token: str, value: Any = 1, *, inc: str = "i1",
+              started: float = 1.0, ended: float = 1.1, pid: int = 10, line: int = 0,
+              attempt: int = 1) -> dict[str, Any]:
+    return {"run": run, "inc": inc, "path": path, "attempt": attempt, "pid": pid,
+            "started": T0 + started, "ended": T0 + ended, "outcome": "returned",
+            "output": {"token": token, "value": value}, "line": line}
+
+
+def clean_run(run: str = "run_a", inc: str = "i1") -> list[Ev]:
+    return [
+        Ev(1, "run.created", {"workflowId": "chaos", "input": {}}),
+        Ev(2, "run.started", {"start": 1}),
+        Ev(3, "value.recorded", {"key": "uuid/0", "value": inc}),
+        Ev(4, "step.started", {"stepPath": "a"}),
+        Ev(5, "step.succeeded", {"stepPath": "a", "output": {"token": "t1", "value": 1}},
+           at(2.0)),
+        Ev(6, "wait.started", {"stepPath": "w", "name": "poke", "deadline": at(9)}),
+        Ev(7, "signal.received", {"name": "poke", "payload": {"k": "x"}}),
+        Ev(8, "wait.completed", {"stepPath": "w", "name": "poke", "signalSequence": 7}),
+        Ev(9, "step.started", {"stepPath": "got"}),
+        Ev(10, "step.succeeded",
+           {"stepPath": "got", "output": {"token": "t2", "value": {"k": "x"}}}, at(3.0)),
+        Ev(11, "run.completed", {"output": None}),
+    ]
+
+
+def clean_ledger(run: str = "run_a") -> list[dict[str, Any]]:
+    return [execution(run, "a", "t1", 1, line=0),
+            execution(run, "got", "t2", {"k": "x"}, started=2.5, ended=2.6, line=1)]
+
+
+OPTIONS = history.Options(wait_result_steps={"w": "got"}, exclusive=True)
+
+
+def rules(logs: dict[str, Any], ledger: list[dict[str, Any]],
+          options: history.Options = OPTIONS) -> list[str]:
+    return sorted({v.rule for v in history.check(logs, ledger, options)})
+
+
+def test_a_clean_history_breaks_no_rule():
+    assert rules({"run_a": clean_run()}, clean_ledger()) == []
+
+
+def test_a_log_that_cannot_be_read_or_skips_a_sequence_is_a_hole():
+    err = lw.EventLogCorruptError("run_a", "store", "event 8 is missing")
+    assert rules({"run_a": err}, []) == ["hole"]
+    events = [e for e in clean_run() if e.sequence != 4]
+    assert "hole" in rules({"run_a": events}, clean_ledger())
+
+
+def test_an_event_after_the_end_breaks_a_rule_but_a_cycle_record_does_not():
+    events = clean_run() + [Ev(12, "signal.received", {"name": "poke", "payload": 1})]
+    assert rules({"run_a": events}, clean_ledger()) == ["after-terminal"]
+    events = clean_run() + [Ev(12, "outer_loop.cycle_completed", {})]
+    assert rules({"run_a": events}, clean_ledger()) == []
+
+
+def test_a_step_committed_twice():
+    events = clean_run()[:10] + [
+        Ev(11, "step.succeeded", {"stepPath": "a", "output": {"token": "t3", "value": 1}}),
+        Ev(12, "run.completed", {"output": None})]
+    ledger = clean_ledger() + [execution("run_a", "a", "t3", 1, started=1.05, ended=1.2,
+                                         pid=11, line=2)]
+    assert rules({"run_a": events}, ledger, history.Options(wait_result_steps={"w": "got"})) \
+        == ["committed-twice"]
+
+
+def test_a_commit_no_ledgered_execution_returned():
+    ledger = clean_ledger()
+    ledger[0] = execution("run_a", "a", "t1", 2)  # another output under that token
+    assert rules({"run_a": clean_run()}, ledger) == ["unledgered-commit"]
+    assert rules({"run_a": clean_run()}, clean_ledger()[1:]) == ["unledgered-commit"]
+    # Returned by another run: only a fork's copied records may come from elsewhere.
+    assert rules({"run_b": clean_run("run_b")}, clean_ledger("run_a")) == ["unledgered-commit"]
+    forked = clean_run("run_b")
+    forked[0] = Ev(1, "run.created", {"workflowId": "chaos", "forkedFrom": {"runId": "run_a"}})
+    forked[1:5] = [forked[2], forked[3], forked[4], Ev(5, "run.started", {"start": 1})]
+    for i, e in enumerate(forked[:4], start=1):
+        e.sequence = i
+    ledger = [clean_ledger("run_a")[0], clean_ledger("run_b")[1]]
+    assert rules({"run_b": forked}, ledger) == []
+
+
+def test_a_commit_from_another_incarnation_of_the_run():
+    ledger = clean_ledger()
+    ledger[1] = execution("run_a", "got", "t2", {"k": "x"}, inc="i0", line=1)
+    assert rules({"run_a": clean_run()}, ledger) == ["other-incarnation"]
+
+
+def test_an_execution_long_after_the_commit_and_overlapping_ones():
+    late = execution("run_a", "a", "t9", 1, started=5.0, ended=5.1, pid=12, line=2)
+    assert rules({"run_a": clean_run()}, clean_ledger() + [late]) == ["ran-after-commit"]
+    assert rules({"run_a": clean_run()}, clean_ledger() + [late],
+                 history.Options(wait_result_steps={"w": "got"}, fence_slack=4.0)) == []
+    beside = execution("run_a", "a", "t9", 1, started=1.05, ended=1.15, pid=12, line=2)
+    assert rules({"run_a": clean_run()}, clean_ledger() + [beside]) == ["overlapping-attempts"]
+
+
+def test_an_event_taken_twice():
+    events = clean_run()[:8] + [
+        Ev(9, "wait.started", {"stepPath": "w2", "name": "poke", "deadline": None}),
+        Ev(10, "wait.completed", {"stepPath": "w2", "name": "poke", "signalSequence": 7})]
+    assert rules({"run_a": events}, clean_ledger()[:1], history.Options(final=False)) \
+        == ["signal-taken-twice"]
+
+
+def test_an_event_before_the_timeout_lost_by_the_wait():
+    events = clean_run()[:7] + [
+        Ev(8, "wait.timed_out", {"stepPath": "w"}),
+        Ev(9, "wait.completed", {"stepPath": "w", "name": "poke", "signalSequence": None}),
+        Ev(10, "step.succeeded", {"stepPath": "got", "output": {"token": "t2", "value": None}}),
+        Ev(11, "run.completed", {"output": None})]
+    ledger = [clean_ledger()[0], execution("run_a", "got", "t2", None, line=1)]
+    assert rules({"run_a": events}, ledger) == ["signal-lost"]
+    # Appended after the timeout: the wait rightly returned None, the event stays pending.
+    events[6], events[7] = Ev(7, "wait.timed_out", {"stepPath": "w"}), \
+        Ev(8, "signal.received", {"name": "poke", "payload": {"k": "x"}})
+    assert rules({"run_a": events}, ledger) == []
+
+
+def test_a_wait_that_took_the_wrong_event_or_returned_another_value():
+    events = clean_run()
+    events[7] = Ev(8, "wait.completed", {"stepPath": "w", "name": "poke", "signalSequence": 5})
+    assert "signal-order" in rules({"run_a": events}, clean_ledger())
+    events = clean_run()[:6] + [
+        Ev(7, "signal.received", {"name": "poke", "payload": {"k": "x"}}),
+        Ev(8, "signal.received", {"name": "poke", "payload": {"k": "y"}}),
+        Ev(9, "wait.completed", {"stepPath": "w", "name": "poke", "signalSequence": 8}),
+        Ev(10, "step.succeeded",
+           {"stepPath": "got", "output": {"token": "t2", "value": {"k": "y"}}}),
+        Ev(11, "run.completed", {"output": None})]
+    ledger = [clean_ledger()[0], execution("run_a", "got", "t2", {"k": "y"}, line=1)]
+    assert rules({"run_a": events}, ledger) == ["signal-order"]  # not the first one
+    ledger = [clean_ledger()[0], execution("run_a", "got", "t2", None, line=1)]
+    events = clean_run()
+    events[9] = Ev(10, "step.succeeded",
+                   {"stepPath": "got", "output": {"token": "t2", "value": None}})
+    assert rules({"run_a": events}, ledger) == ["wrong-wait-result"]
+
+
+def test_a_cancelled_parent_with_an_unfinished_sub_run():
+    parent = [
+        Ev(1, "run.created", {"workflowId": "chaos_pipe"}),
+        Ev(2, "run.started", {"start": 1}),
+        Ev(3, "harness.tool_call.started", {"callPath": "call-0-chaos_child",
+                                           "args": {"subRunId": "run_sub"}}),
+        Ev(4, "run.cancel_requested", {"reason": None}),
+        Ev(5, "run.cancelled", {"reason": None})]
+    child = [Ev(1, "run.created", {"workflowId": "chaos_child"}),
+             Ev(2, "run.started", {"start": 1})]
+    assert rules({"run_p": parent, "run_sub": child}, [],
+                 history.Options(final=False)) == []
+    assert rules({"run_p": parent, "run_sub": child}, []) == [
+        "cancel-not-propagated", "unfinished"]
+    child.append(Ev(3, "run.cancelled", {"reason": "parent"}))
+    assert rules({"run_p": parent, "run_sub": child}, []) == []
+
+
+def test_an_unfinished_run_and_an_unexpected_failure():
+    events = clean_run()[:6]
+    assert rules({"run_a": events}, clean_ledger()[:1]) == ["unfinished"]
+    failed = clean_run()[:5] + [Ev(6, "run.failed", {"error": {"type": "KeyError"}})]
+    assert rules({"run_a": failed}, clean_ledger()[:1]) == ["failed"]
+    assert rules({"run_a": failed}, clean_ledger()[:1],
+                 history.Options(allowed_failures=("KeyError",))) == []
+    assert rules({"run_a": failed}, clean_ledger()[:1],
+                 history.Options(allowed_failures=("KeyError~gone",))) == ["failed"]
+
+
+def test_the_report_names_the_seed_the_rule_and_the_history():
+    events = clean_run() + [Ev(12, "signal.received", {"name": "poke", "payload": 1})]
+    logs = {"run_a": events}
+    found = history.check(logs, clean_ledger(), OPTIONS)
+    text = history.format_report(found, logs, clean_ledger(), "seed 42")
+    assert "seed 42" in text and "after-terminal" in text
+    assert "signal.received" in text and "ledger (2 executions)" in text
+
+
+# ---- the chaos itself ---------------------------------------------------------------------
+
+def chaos_on(kind: str, tmp_path: Any) -> Any:
+    # S3 gets half the time: every append is a few HTTP requests, and the failover it
+    # is there for needs a worker paused past its lease mid-run.
+    seconds = SECONDS / 2 if kind == "s3" else SECONDS / 4
+    # LW_CHAOS_WORKDIR keeps the process logs and the ledger past pytest's tmp cleanup.
+    keep = os.environ.get("LW_CHAOS_WORKDIR")
+    workdir = os.path.join(keep, f"{kind}-{SEED}-{int(time.time())}") if keep \
+        else str(tmp_path / "chaos")
+    if kind == "local_world":
+        data_dir = str(tmp_path / "lw")
+        result = run_chaos(kind, f"local:{data_dir}", SEED, seconds, workdir,
+                           roles=ROLES or ACTOR_ROLES,
+                           open_world=lambda: lw.local_world(data_dir))
+    elif kind == "local-file":
+        url = f"file://{tmp_path}/wf"
+        result = run_chaos(kind, url, SEED, seconds, workdir, roles=ROLES or ACTOR_ROLES,
+                           open_world=lambda: lw.virtual_world(url))
+    else:
+        moto = MotoProcess(workdir)
+        links = {name: SlowLink(moto.port) for name in ("worker0", "worker1")}
+        try:
+            bucket = moto.new_bucket("lw-chaos")
+            env = {**moto.env, "LW_LEASE_SECONDS": str(LEASE)}
+            # A worker holding a lease is paused past it (the store judges expiry in whole
+            # seconds: lease + 1 s at least) or cut off from the store, and let go as soon
+            # as the other worker has taken its lock over.
+            stop_max, cut_max = LEASE + 6.0, 8.0
+            result = run_chaos(
+                kind, f"s3://{bucket}/wf", SEED, seconds, workdir, extra_env=env,
+                stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.8, links=links,
+                slow_seconds=cut_max, lock_owners=moto.lock_owners(f"{bucket}/wf"),
+                fence_slack=max(stop_max, cut_max) + 2 * LEASE, exclusive=False, pace=1.0,
+                drain_seconds=45, roles=ROLES or S3_ROLES,
+                open_world=lambda: lw.virtual_world(moto.filesystem(), f"{bucket}/wf"))
+        finally:
+            for link in links.values():
+                link.close()
+            moto.stop()
+    print("\n" + result.report)
+    return result
+
+
+@pytest.mark.parametrize("kind", ["local_world", "local-file", "s3"])
+def test_chaos_history_holds_every_rule(kind, tmp_path):
+    result = chaos_on(kind, tmp_path)
+    assert result.stats["incarnations"] >= 5, result.report  # the chaos really ran runs
+    assert not result.violations, result.report
