@@ -188,11 +188,19 @@ class LocalPublisher(Publisher):
         ordered = sorted(pending)
         for i, directory in enumerate(ordered):
             try:
-                self.posix.fsync_dir(directory)
+                self._fsync_dir_if_present(directory)
             except BaseException:
                 with self._unsynced_lock:  # not synced: still owed
                     self._unsynced_dirs.update(ordered[i:])
                 raise
+
+    def _fsync_dir_if_present(self, directory: str) -> None:
+        try:
+            self.posix.fsync_dir(directory)
+        except FileNotFoundError:
+            # Deleted meanwhile (gc, maybe in another process): nothing in it is owed a
+            # sync, and making the removal durable is the deleter's fsync of the parent.
+            pass
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         directory = os.path.dirname(path)
