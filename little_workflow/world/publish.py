@@ -232,7 +232,7 @@ class LocalPublisher(Publisher):
         except FileNotFoundError:
             return False
         if durable:
-            self.posix.fsync_dir(os.path.dirname(path))
+            self._fsync_dir_if_present(os.path.dirname(path))
         else:
             with self._unsynced_lock:
                 self._unsynced_dirs.add(os.path.dirname(path))
@@ -243,7 +243,8 @@ class LocalPublisher(Publisher):
             self.posix.rmdir(path)
         except OSError:
             return
-        self.posix.fsync_dir(os.path.dirname(path))
+        # The parent may be gone too: another gc deleting the same run at once.
+        self._fsync_dir_if_present(os.path.dirname(path))
 
     def info(self, path: str) -> dict[str, Any] | None:
         try:
