@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
+import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 import little_workflow as lw
@@ -58,3 +61,41 @@ def test_gc_racing_another_gc_on_the_same_run_is_success(tmp_path):
     assert world.list_events("run_x") == []
     assert not os.path.exists(os.path.join(data, "runs", "run_x"))
     world.close()
+
+
+# ---- 3. a stale sender appending after gc deleted the run ------------------------------
+
+@pytest.mark.parametrize("make_world", ["s3", "local-file"], indirect=True)
+def test_stale_sender_never_leaves_a_lone_event_after_gc(make_world):
+    sender = make_world()
+
+    def gc_in_another_process() -> None:
+        if make_world.kind == "s3":  # another host: its own client, its own ledgers
+            other = make_world.reopen()
+            other.delete_run("run_x")
+            other.close()
+        else:  # the same folder in one process shares one ledger: a real other process
+            code = ("import sys, little_workflow as lw; "
+                    "w = lw.virtual_world('file://' + sys.argv[1]); w.delete_run('run_x'); w.close()")
+            subprocess.run([sys.executable, "-c", code, make_world.data_dir], check=True)
+    sender.append_event("run_x", "run.created", {})
+    for i in range(2, 9):
+        sender.append_event("run_x", "signal.received", {"i": i})
+    publish = sender.events.publish_if_absent
+
+    def gc_between_check_and_publish(run_id, sequence, *args, **kwargs):
+        # The sender checked that event 8 exists; gc deletes the run before its PUT.
+        sender.events.publish_if_absent = publish
+        assert sequence == 9
+        gc_in_another_process()
+        return publish(run_id, sequence, *args, **kwargs)
+
+    sender.events.publish_if_absent = gc_between_check_and_publish
+    with pytest.raises((lw.RunFinishedError, lw.StorageError), match="run_x"):
+        sender.append_event("run_x", "signal.received", {"i": 9})
+    assert sender.events.publish_if_absent is publish  # the deletion did happen in between
+    after = make_world.reopen()
+    assert after.list_events("run_x") == []  # no lone event 9: no hole
+    assert sender.list_events("run_x") == []
+    after.close()
+    sender.close()
