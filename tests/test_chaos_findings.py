@@ -99,3 +99,41 @@ def test_stale_sender_never_leaves_a_lone_event_after_gc(make_world):
     assert sender.list_events("run_x") == []
     after.close()
     sender.close()
+
+
+# ---- 4. run_until_idle() called again tries the runs it once found locked --------------
+
+HOLD = """
+import sys
+import little_workflow as lw
+world = lw.local_world(sys.argv[1])
+with world.run_lock(sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+"""
+
+
+@lw.workflow(id="plus_one")
+async def plus_one(ctx, input):
+    return await ctx.step("one", lambda: input + 1)
+
+
+def test_run_until_idle_again_runs_a_run_another_process_let_go(tmp_path):
+    data = str(tmp_path / "lw")
+    world = lw.local_world(data)
+    lw.start_workflow(plus_one, 1, world=world, run_id="run_held")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, data, "run_held"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        worker = lw.Worker(world, [plus_one])
+        worker.run_until_idle()  # held elsewhere: left alone
+        assert "run.completed" not in [e.type for e in world.list_events("run_held")]
+        holder.stdin.close()  # the other process lets go of it
+        assert holder.wait(30) == 0
+        worker.run_until_idle()  # a new call: the run is tried again, and runs
+        assert [e.type for e in world.list_events("run_held")][-1] == "run.completed"
+    finally:
+        holder.kill()
+        holder.wait()
+        world.close()
