@@ -447,6 +447,7 @@ def test_a_held_run_its_holder_suspends_is_not_left_to_the_backoff(tmp_path, mon
     from little_workflow.runtime import retry
 
     monkeypatch.setattr(retry, "RETRY_FIRST_SECONDS", 20.0)  # far beyond the test
+    monkeypatch.setattr(retry, "RETRY_HELD_CAP_SECONDS", 20.0)
     data = str(tmp_path / "lw")
     world = lw.local_world(data)
     lw.start_workflow(slow_then_wait, None, world=world, run_id="run_let_go")

@@ -5,10 +5,12 @@ input no longer validates against the workflow this worker knows, its storage an
 with an error. Trying again at once spins (thousands of attempts a second, each one a
 few storage requests), so each such run is tried again after a capped exponential
 backoff with jitter — 0.5 s, 1 s, 2 s, 4 s, 8 s, then every 10 s, each ±20 % so that
-workers that failed together do not retry together. The cap bounds two things: a held
-run costs an idle worker one attempt (a few storage requests) per 10 s at most, and a
-run whose holder died is picked up within about 12 s of its lock coming free. A held
-run whose holder let it go (its log shows it waiting now) is tried at once: the holder
+workers that failed together do not retry together. A run held by another process is
+capped lower, at 2 s: a held lock comes free on its own (its holder finishes, dies, or
+its lease runs out), and workers that share runs while some of them die (the multi-host
+torture: a kill a second) must take a dead holder's runs over within a lease or two, not
+10 s later — one attempt per 2 s is still a few requests, not thousands. A held run
+whose holder let it go (its log shows it waiting now) is tried at once: the holder
 suspended it and released the lock.
 """
 
@@ -27,6 +29,8 @@ from ..errors import LittleWorkflowError
 RETRY_FIRST_SECONDS = 0.5
 #: The longest wait between two tries of one run (seconds).
 RETRY_CAP_SECONDS = 10.0
+#: The longest wait between two tries of a run another process holds (seconds).
+RETRY_HELD_CAP_SECONDS = 2.0
 #: Each wait is its backoff times a random factor in [1 - RETRY_JITTER, 1 + RETRY_JITTER].
 RETRY_JITTER = 0.2
 
@@ -41,9 +45,10 @@ class Blocked:
     last_sequence: int  # the run's log when it was found blocked
 
 
-def retry_delay(failures: int) -> float:
-    """Seconds to wait after the `failures`-th failure in a row (1, 2, …)."""
-    backoff = min(RETRY_CAP_SECONDS, RETRY_FIRST_SECONDS * 2 ** min(failures - 1, 32))
+def retry_delay(failures: int, kind: str = "") -> float:
+    """Seconds to wait after the `failures`-th failure in a row (1, 2, …) of `kind`."""
+    cap = RETRY_HELD_CAP_SECONDS if kind == LOCKED else RETRY_CAP_SECONDS
+    backoff = min(cap, RETRY_FIRST_SECONDS * 2 ** min(failures - 1, 32))
     return backoff * random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)
 
 
@@ -62,7 +67,7 @@ class RetryBackoff:
         with self._lock:
             before = self._blocked.get(run_id)
             failures = 1 if before is None else before.failures + 1
-            delay = retry_delay(failures)
+            delay = retry_delay(failures, kind)
             self._blocked[run_id] = Blocked(kind, failures, time.monotonic() + delay,
                                             last_sequence)
         if before is None or before.kind != kind:
@@ -71,7 +76,7 @@ class RetryBackoff:
             level = logging.INFO if kind == LOCKED else logging.WARNING
             self.log.log(level, "run %s cannot run now (%s): %s; trying again after %.1f s, "
                          "backing off to every %g s", run_id, kind, error, delay,
-                         RETRY_CAP_SECONDS,
+                         RETRY_HELD_CAP_SECONDS if kind == LOCKED else RETRY_CAP_SECONDS,
                          exc_info=None if isinstance(error, LittleWorkflowError) else error)
 
     def ran(self, run_id: str) -> None:
