@@ -20,7 +20,7 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import LittleWorkflowError
@@ -100,6 +100,15 @@ class RetryBackoff:
             if skip_locked and not changed:
                 return False
         return time.monotonic() >= blocked.retry_at
+
+    def try_locked_again(self) -> None:
+        """Each run found held before may have been let go since: `may_try` says yes to
+        it once (found held again, it is skipped as before)."""
+        with self._lock:
+            for run_id, b in self._blocked.items():
+                if b.kind == LOCKED:
+                    # -1: no log has that sequence, so the run reads as changed.
+                    self._blocked[run_id] = replace(b, retry_at=0.0, last_sequence=-1)
 
     def next_retry_in(self) -> float | None:
         """Seconds until the next blocked run may be tried again (None: none ahead). A

@@ -261,6 +261,7 @@ class Worker:
 
     def run_until_idle(self) -> None:
         """Execute until nothing is due (and nothing runs); returns then."""
+        self._backoff.try_locked_again()
         listen(self.world, None, self)
         try:
             while not self._stop.is_set():

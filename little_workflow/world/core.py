@@ -21,6 +21,7 @@ from ..errors import (
     IdempotencyConflictError,
     LittleWorkflowError,
     RunFinishedError,
+    StorageError,
     WorldBusyError,
     WorldPathError,
 )
@@ -342,6 +343,9 @@ class World:
                                          change=summary_change(p.type, p.frozen, created_at))
         except OSError as e:  # disk full, read-only: nothing was published
             raise storage_error(e, self.events.description) from None
+        if (ticket.published and sequence > 1 and not ledger.held
+                and not self.events.checks_predecessor):
+            self._withdraw_if_orphaned(p, ledger, sequence, data)
         # Noted before the commit, so the next append of this run can be allocated
         # (and share the commit); rolled back if this one does not commit.
         ledger.note(sequence, p.idempotency_key, p.digest, p.type)
@@ -388,6 +392,37 @@ class World:
                             "event is there",
                         )
                 self._allocate(p)
+
+    def _withdraw_if_orphaned(self, p: "PendingEvent", ledger: RunLedger, sequence: int,
+                              data: bytes) -> None:
+        """Under the run's lock, after publishing `sequence` holding no lock of the run:
+        the check before the write saw event `sequence - 1`, but another process may have
+        deleted the run (and its id been used again) between that check and the write.
+        If its predecessor is gone or of another incarnation, take the event back and
+        refuse, so the caller reads the run again: never a lone event past a hole."""
+        run_id = p.run_id
+        where = f"{self.events.description} run {run_id}"
+        try:
+            before = self.events.read_one(run_id, sequence - 1)
+            first = before if sequence == 2 else self.events.read_one(run_id, 1)
+        except OSError as e:
+            raise storage_error(e, where) from None
+        if before is not None and first is not None:
+            if ledger.first is None:
+                return
+            event_1 = self._parse(run_id, [(1, first)], 0)[0]
+            if (event_1.created_at, event_1.request_digest) == ledger.first:
+                return
+        try:
+            self.events.withdraw(run_id, sequence, data)
+        except OSError as e:
+            raise storage_error(e, where) from None
+        self._reload(run_id, ledger)
+        if ledger.finished is not None and p.type not in AFTER_END_ALLOWED:
+            raise RunFinishedError(run_id, ledger.finished, p.type)
+        raise StorageError(where, f"the run was deleted or replaced while event {sequence} "
+                           f"({p.type}) was appended; that event was taken back",
+                           "read the run again before appending to it")
 
     def sync(self) -> None:
         """Make every event appended so far durable — `durable=False` appends included."""

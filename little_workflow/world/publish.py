@@ -191,13 +191,21 @@ class LocalPublisher(Publisher):
         ordered = sorted(pending)
         for i, directory in enumerate(ordered):
             try:
-                self.posix.fsync_dir(directory)
-            except FileNotFoundError:
-                continue  # removed since (an emptied catalogue bucket): its parent is owed
+                # Removed since (an emptied catalogue bucket, a run another process
+                # gc'd): nothing in it is owed a sync; its parent's is the deleter's.
+                self._fsync_dir_if_present(directory)
             except BaseException:
                 with self._unsynced_lock:  # not synced: still owed
                     self._unsynced_dirs.update(ordered[i:])
                 raise
+
+    def _fsync_dir_if_present(self, directory: str) -> None:
+        try:
+            self.posix.fsync_dir(directory)
+        except FileNotFoundError:
+            # Deleted meanwhile (gc, maybe in another process): nothing in it is owed a
+            # sync, and making the removal durable is the deleter's fsync of the parent.
+            pass
 
     def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         directory = os.path.dirname(path)
@@ -246,7 +254,7 @@ class LocalPublisher(Publisher):
         except FileNotFoundError:
             return False
         if durable:
-            self.posix.fsync_dir(os.path.dirname(path))
+            self._fsync_dir_if_present(os.path.dirname(path))
         else:
             with self._unsynced_lock:
                 self._unsynced_dirs.add(os.path.dirname(path))
@@ -258,7 +266,8 @@ class LocalPublisher(Publisher):
         except OSError:
             return False
         if durable:
-            self.posix.fsync_dir(os.path.dirname(path))
+            # The parent may be gone too: another gc deleting the same run at once.
+            self._fsync_dir_if_present(os.path.dirname(path))
         else:
             with self._unsynced_lock:
                 self._unsynced_dirs.add(os.path.dirname(path))
