@@ -349,7 +349,9 @@ class World:
         # Noted before the commit, so the next append of this run can be allocated
         # (and share the commit); rolled back if this one does not commit.
         ledger.note(sequence, p.idempotency_key, p.digest, p.type)
-        if sequence == 1:
+        # Event 1's identity only from an event the store did not refuse: one refused at
+        # once lost the race to another writer's event 1, which is the run's.
+        if sequence == 1 and not (ticket.done and not ticket.published):
             ledger.first = (event.created_at, p.digest)
         ledger.last_ticket = ticket
         p.event, p.ticket = event, ticket
