@@ -694,8 +694,10 @@ class FileCatalogue:
             self.add_entry(folder, key)
         if old is not None and old.get("status") != summary["status"]:
             self.remove_entry(self.path("by-status", old["status"]), key)
-        elif old is None and not first_build:
-            for status in STATUSES:  # a rewrite after a lag: no entry under another status
+        elif old is None and not first_build and summary["status"] != "created":
+            # A rewrite after a lag: no entry under another status. (A run still at
+            # "created" never had another status: a new run costs no blind removes.)
+            for status in STATUSES:
                 if status != summary["status"]:
                     self.remove_entry(self.path("by-status", status), key)
 
