@@ -37,6 +37,7 @@ from .errors import (
     UnsupportedSourceError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    WorkflowVersionError,
     WorldBusyError,
     WorldPathError,
 )
@@ -191,6 +192,7 @@ __all__ = [
     "Workflow",
     "WorkflowFailedError",
     "WorkflowMismatchError",
+    "WorkflowVersionError",
     "World",
     "WorldBusyError",
     "WorldPathError",

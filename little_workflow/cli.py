@@ -220,7 +220,8 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
     click.echo(plain_table(
         ["run id", "status", "workflow", "started (UTC)", "duration", "steps", "waits for"],
         [[r["runId"], r["status"], r["workflowId"] or "-", format_started(r["startedAt"]),
-          format_duration(r["durationSeconds"]), str(r["steps"]), _waits_for(r.get("waiting"))]
+          format_duration(r["durationSeconds"]), str(r["steps"]),
+          _waits_for(r.get("waiting"), r.get("needsVersion"))]
          for r in rows]))
     if more:
         click.echo(more)
@@ -239,7 +240,9 @@ def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
         return lw.run_workflow(wf, value, world=lw.tracing_world(world, progress), run_id=run_id)
 
 
-def _waits_for(waiting: dict[str, Any] | None) -> str:
+def _waits_for(waiting: dict[str, Any] | None, needs_version: str | None = None) -> str:
+    if needs_version:  # what it waits for first: code of its version (DESIGN §15)
+        return f"code of version {needs_version} (a resume was refused)"
     if not waiting:
         return ""
     if waiting.get("kind") == "sleep":

@@ -213,9 +213,37 @@ class StepTimeoutError(LittleWorkflowError, TimeoutError):
 
 
 class ReplayDivergenceError(LittleWorkflowError):
-    def __init__(self, run_id: str, step_path: str, message: str):
-        self.run_id, self.step_path = run_id, step_path
-        super().__init__(f"replay of run {run_id} diverged at step {step_path!r}: {message}")
+    """The code asks for other records than the run's log holds, or in another order.
+    `step_path` is what the code asked for; `log_step_path` what the log holds there
+    (None when replay found no record to name). Raised by `replay_run`, and when code
+    resumes a run (`resuming=True`): then nothing was called or appended but that
+    execution's `run.started`, and the run stays resumable by code that fits its log."""
+
+    def __init__(self, run_id: str, step_path: str, message: str, *,
+                 log_step_path: str | None = None, resuming: bool = False):
+        self.run_id, self.step_path, self.log_step_path = run_id, step_path, log_step_path
+        self.resuming = resuming
+        what = "resuming run" if resuming else "replay of run"
+        super().__init__(f"{what} {run_id} diverged at step {step_path!r}: {message}")
+
+
+class WorkflowVersionError(LittleWorkflowError):
+    """A run is pinned to the version of the code that created it (`version=` when the
+    decorator was given one, else the code's definition hash); other code may not resume
+    it. Nothing was executed."""
+
+    def __init__(self, run_id: str, workflow_id: str, run_version: str, code_version: str,
+                 code_names_version: bool):
+        self.run_id, self.workflow_id = run_id, workflow_id
+        self.run_version, self.code_version = run_version, code_version
+        this = (f"this code is version {code_version!r}" if code_names_version else
+                f"this code's definition hash is {code_version!r} (it gives no version=)")
+        super().__init__(
+            f"run {run_id} of workflow {workflow_id!r} is pinned to version {run_version!r}, "
+            f"the code it was created with; {this}. To resume it with this code, give the "
+            f"workflow version={run_version!r} (declaring that this code continues that "
+            f"version's runs), or fork it onto this code: lw.fork_run(world, {run_id!r}, "
+            f"from_step=PATH) (little fork {run_id} --from-step PATH) and run the fork")
 
 
 class UnknownWorkflowError(LittleWorkflowError, LookupError):

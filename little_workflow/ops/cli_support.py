@@ -189,7 +189,7 @@ def run_row(summary: Any) -> dict[str, Any]:
     return {"runId": summary.run_id, "workflowId": summary.workflow_id, "status": summary.status,
             "startedAt": doc["createdAt"], "durationSeconds": duration, "steps": summary.steps,
             "updatedAt": doc["updatedAt"], "waiting": summary.waiting, "error": summary.error,
-            "parentRunId": summary.parent_run_id}
+            "parentRunId": summary.parent_run_id, "needsVersion": summary.needs_version}
 
 
 def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,

@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..errors import ReplayDivergenceError, StepFailedError, UnknownWorkflowError
+from ..errors import (
+    ReplayDivergenceError,
+    StepFailedError,
+    UnknownWorkflowError,
+    WorkflowVersionError,
+)
 from ..world.ids import canonical_json, sha256_hex
 from .steps import error_record
 from .values import stored_value
@@ -45,6 +50,8 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
     index = ctx.next_call_index()
     call_path = f"call-{index}-{name}"
     recorded = ctx.log.sub_runs.get(call_path)
+    if recorded is not None:
+        ctx.asked(("call", call_path))
     if recorded is not None and recorded.get("status") == "succeeded":
         return (stored_value(ctx.world, recorded.get("result")) or {}).get("output")
     if ctx.replaying:
@@ -59,6 +66,8 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
         result = await ctx.run_child(available[name], input, world=ctx.world,
                                      run_id=sub_run_id, pipeline=pipeline,
                                      parent_run_id=ctx.run_id)
+    except (ReplayDivergenceError, WorkflowVersionError):
+        raise  # the sub-run cannot run with this code: it stays resumable, so does this run
     except Exception as e:
         await ctx.append("harness.tool_call.failed", {**base, "error": error_record(e)})
         raise StepFailedError(ctx.run_id, call_path, error_record(e)) from e
