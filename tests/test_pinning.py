@@ -711,3 +711,27 @@ def test_a_sub_run_call_is_a_record_of_the_workflows_path(make):
     assert caught.value.log_step_path == "call-0-member"
     assert types(world, "run_p") == before + ["run.started"]
     assert run(("member",)).output == ["M"] and ledger.names == ["m"]
+
+
+def test_what_code_unwinding_from_a_suspended_wait_recorded_need_not_be_asked_for(make):
+    """suspend=True stops a run by raising through its body: a `finally` there may record
+    a step after the wait began (an agent framework cancelling a polled job). A later
+    execution that gets past the wait does not ask for it, and must not diverge."""
+    world = make()
+    ledger = Ledger()
+
+    @lw.workflow(id="unwinds", version="1")
+    async def wf(ctx, input):
+        await ctx.step("a", ledger.fn("a"))
+        try:
+            got = await ctx.wait_for_event("w", "go")
+        except BaseException:
+            await ctx.step("cleanup", ledger.fn("cleanup"))
+            raise
+        return got
+
+    waiting_run(world, wf, "run_u")
+    waiting_run(world, wf, "run_u")  # suspended again: the cleanup step is served
+    lw.send_event(world, "run_u", "go", 3)
+    assert lw.run_workflow(wf, {}, world=world, run_id="run_u").output == 3
+    assert ledger.names == ["a", "cleanup"]

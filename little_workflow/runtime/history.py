@@ -10,8 +10,13 @@ code's, and the run stays as it was (not failed): code that fits its log can con
 - A step counts once finished, a timer or wait once recorded. A step that never finished
   (its process died in it) is run again as on any resume; so is a sub-run call.
 - Ungrouped steps asked for from the workflow body come in the log's order.
-- What a finished step's own function recorded (nested steps) lies inside that step's
-  span in the log and is covered by it: a served step does not run its function again.
+- A record that lies inside the span of another covers nothing on its own: what a
+  finished step's function recorded (nested steps) is covered by that step, which is
+  served without running its function; what was written after a sleep, wait, step or
+  sub-run call began and before it ended (or after it, while it never ended) came from
+  code unwinding from that point (a run suspended at a wait, Ctrl-C in a step: an agent
+  framework's cleanup) or from concurrent tasks, and a later execution that goes on
+  from that point need not ask for it.
 - Signals, cancel requests and the runtime's own bookkeeping do not count.
 - Concurrency: the body's task is checked at once. A task of a `ctx.parallel` group or of a
   bare `asyncio.gather` may reach something new while a sibling has still to ask for its
@@ -137,10 +142,18 @@ def _records(log: RunLog) -> list[Record]:
     records += [Record(seq, key, True) for key, seq in log.marks.items()]
     records += [Record(int(c["sequence"]), ("call", path), c.get("status") == "succeeded")
                 for path, c in log.sub_runs.items() if isinstance(c.get("sequence"), int)]
-    # A finished step's span (first start to its end) holds what its own function recorded.
+    # Spans: a step from its first start to its end, a sleep from scheduled to fired, a
+    # wait from started to completed, a sub-run call from started to its result; one
+    # that never ended reaches past the log's end.
+    never = log.last_sequence + 1
+    opened = [(r.first_sequence, r.finished_at or never) for r in log.steps.values()]
+    opened += [(int(t["sequence"]), int(t.get("firedAt") or never)) for t in log.timers.values()]
+    opened += [(int(w["sequence"]), int(w.get("completedAt") or never))
+               for w in log.waits.values()]
+    opened += [(int(c["sequence"]), never) for c in log.sub_runs.values()
+               if isinstance(c.get("sequence"), int) and c.get("status") != "succeeded"]
     spans: list[list[int]] = []
-    for start, end in sorted((r.first_sequence, r.finished_at) for r in log.steps.values()
-                             if r.finished_at):
+    for start, end in sorted(opened):
         if spans and start < spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:

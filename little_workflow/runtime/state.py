@@ -193,7 +193,9 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
         log.timers[path] = {"wakeAt": p.get("wakeAt"), "fired": False, "sequence": e.sequence}
         log.open_waits[path] = {"kind": "sleep", "stepPath": path, "wakeAt": p.get("wakeAt")}
     elif t == "timer.fired":
-        log.timers.setdefault(path, {"wakeAt": None, "sequence": e.sequence})["fired"] = True
+        timer = log.timers.setdefault(path, {"wakeAt": None, "sequence": e.sequence})
+        timer["fired"] = True
+        timer.setdefault("firedAt", e.sequence)
         log.open_waits.pop(path, None)
     elif t == "wait.started":
         log.waits[path] = {"name": p.get("name"), "deadline": p.get("deadline"),
@@ -209,6 +211,7 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
         rec = log.waits.setdefault(path, {"name": p.get("name"), "deadline": None,
                                           "sequence": e.sequence, "timedOutAt": None})
         rec["completed"] = True
+        rec.setdefault("completedAt", e.sequence)
         rec["signalSequence"] = p.get("signalSequence")
         if isinstance(p.get("signalSequence"), int):
             log.taken.add(p["signalSequence"])
