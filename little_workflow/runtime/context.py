@@ -272,10 +272,10 @@ class RunContext:
         """A step served to the body comes in the log's order: no earlier step of the
         log may still be waiting to be asked for."""
         history = self.history
-        if history is None or not self._in_body():
+        if history is None:
             return
         earlier = history.first_due_step()
-        if earlier is not None and earlier.sequence < first_sequence:
+        if earlier is not None and earlier.sequence < first_sequence and self._in_body():
             raise history.diverge(self.log, earlier, "step.started", {}, key)
 
     def patched(self, patch_id: str) -> bool:

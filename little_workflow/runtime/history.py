@@ -28,9 +28,7 @@ code's, and the run stays as it was (not failed): code that fits its log can con
 from __future__ import annotations
 
 import asyncio
-import bisect
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, NamedTuple
 
 from ..errors import ReplayDivergenceError
 from .state import RunLog
@@ -50,8 +48,7 @@ FREE_EVENTS = frozenset({"run.started", "run.cancelled"})
 SETTLE_SECONDS = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):  # a tuple: a resume builds one per record of its log
     sequence: int  # where the log holds it (its first event)
     key: Key
     finished: bool  # must be asked for again before anything new
@@ -135,6 +132,7 @@ def _describe_asked(type_: str, payload: Any, key: Key) -> tuple[str, str]:
 
 
 def _records(log: RunLog) -> list[Record]:
+    """The records a code must ask for, in log order, without those inside another's span."""
     records = [Record(rec.first_sequence, ("step", path), rec.finished_at > 0)
                for path, rec in log.steps.items()]
     records += [Record(int(t["sequence"]), ("timer", path), True) for path, t in log.timers.items()]
@@ -142,6 +140,7 @@ def _records(log: RunLog) -> list[Record]:
     records += [Record(seq, key, True) for key, seq in log.marks.items()]
     records += [Record(int(c["sequence"]), ("call", path), c.get("status") == "succeeded")
                 for path, c in log.sub_runs.items() if isinstance(c.get("sequence"), int)]
+    records.sort()  # by sequence: unique per record
     # Spans: a step from its first start to its end, a sleep from scheduled to fired, a
     # wait from started to completed, a sub-run call from started to its result; one
     # that never ended reaches past the log's end.
@@ -152,32 +151,35 @@ def _records(log: RunLog) -> list[Record]:
                for w in log.waits.values()]
     opened += [(int(c["sequence"]), never) for c in log.sub_runs.values()
                if isinstance(c.get("sequence"), int) and c.get("status") != "succeeded"]
+    opened.sort()
     spans: list[list[int]] = []
-    for start, end in sorted(opened):
+    for start, end in opened:
         if spans and start < spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
-    starts = [s[0] for s in spans]
-
-    def nested(sequence: int) -> bool:
-        i = bisect.bisect_left(starts, sequence) - 1
-        return i >= 0 and sequence < spans[i][1]
-
-    return [r for r in records if not nested(r.sequence)]
+    kept: list[Record] = []
+    i = 0
+    for r in records:  # both in order: one sweep
+        while i < len(spans) and spans[i][1] <= r.sequence:
+            i += 1
+        if i < len(spans) and spans[i][0] < r.sequence:
+            continue  # strictly inside a span
+        kept.append(r)
+    return kept
 
 
 class RunHistory:
     """The records a run's log held when this execution began, and which of them the
     code has asked for again."""
 
-    def __init__(self, run_id: str, records: Iterable[Record]):
+    def __init__(self, run_id: str, records: list[Record]):
+        """`records` in log order."""
         self.run_id = run_id
         self._unasked: dict[Key, Record] = {r.key: r for r in records}
-        self._due = sorted((r for r in self._unasked.values() if r.finished),
-                           key=lambda r: r.sequence)
+        self._due = [r for r in records if r.finished]
         self._due_steps = [r for r in self._due if r.key[0] == "step"]
-        self._next = [0, 0]  # first index of _due / _due_steps that may be unasked
+        self._next_due = self._next_step = 0  # below these, every record was asked for
         self.asks = 0  # records asked for so far: how settling sees others progress
         self.diverged: ReplayDivergenceError | None = None
 
@@ -196,19 +198,20 @@ class RunHistory:
         """The log holds a record the code has not reached yet (finished or not)."""
         return bool(self._unasked)
 
-    def _first(self, which: int, records: list[Record]) -> Record | None:
-        i = self._next[which]
-        while i < len(records) and records[i].key not in self._unasked:
-            i += 1
-        self._next[which] = i
-        return records[i] if i < len(records) else None
-
     def first_due(self) -> Record | None:
         """The earliest finished record not asked for yet."""
-        return self._first(0, self._due)
+        due, i, unasked = self._due, self._next_due, self._unasked
+        while i < len(due) and due[i].key not in unasked:
+            i += 1
+        self._next_due = i
+        return due[i] if i < len(due) else None
 
     def first_due_step(self) -> Record | None:
-        return self._first(1, self._due_steps)
+        steps, i, unasked = self._due_steps, self._next_step, self._unasked
+        while i < len(steps) and steps[i].key not in unasked:
+            i += 1
+        self._next_step = i
+        return steps[i] if i < len(steps) else None
 
     async def settle(self) -> Record | None:
         """Wait while other tasks of the run go on asking for records; the earliest
