@@ -279,6 +279,46 @@ class StorageError(LittleWorkflowError, OSError):
         super().__init__(f"{path}: {problem}{'; ' + hint if hint else ''}")
 
 
+# What failed, as a class, decided where the failure is met (world/storage_errors.py for
+# OS and SQLite errors, each fs_adapter for its store's answers): callers that act on the
+# kind of failure use isinstance, never the message. A failure no class below fits stays
+# a plain StorageError. Made from an OSError, `errno` keeps the OS's code.
+
+
+class StorageDamagedError(StorageError):
+    """A database its engine finds damaged (SQLite: malformed pages). Parts of it may
+    still be readable (`little verify` lists them); nothing more is written into it."""
+
+
+class StorageNotADatabaseError(StorageError):
+    """A file that should be a database is not one (SQLite: "file is not a database")."""
+
+
+class StorageFullError(StorageError):
+    """The disk, quota or file size limit is full."""
+
+
+class StorageReadOnlyError(StorageError):
+    """The data dir is on a read-only filesystem (or its database was opened read-only)."""
+
+
+class StoragePermissionError(StorageError):
+    """The storage refuses this user: file permissions, or an object store's credentials
+    and policy."""
+
+
+class StorageNotFoundError(StorageError):
+    """The storage itself is missing: the data dir's folder, a bucket, a container."""
+
+
+class StorageIOError(StorageError):
+    """The device failed an I/O operation."""
+
+
+class StorageUnreachableError(StorageError):
+    """No answer came back from a remote store (endpoint, network, DNS)."""
+
+
 class CatalogueQueryError(LittleWorkflowError, ValueError):
     """`list_runs` was asked something it cannot answer: an unknown status, a limit below
     1, a cursor it did not hand out, a naive datetime."""

@@ -13,7 +13,11 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from ..errors import LittleWorkflowError, RuntimeIntegrityError, StorageError, WorldPathError
+from ..errors import (
+    LittleWorkflowError,
+    StorageDamagedError,
+    StorageError,
+)
 from ..world import local_world, virtual_world
 from ..world.ids import validate_run_id
 
@@ -34,8 +38,7 @@ def is_storage_client_error(e: BaseException) -> bool:
 
 def is_damaged_events_db(e: StorageError) -> bool:
     """A local_world's events.db that SQLite finds damaged (not a missing or locked one)."""
-    return os.path.basename(e.path) == "events.db" and any(
-        word in e.problem for word in ("damaged", "malformed"))
+    return isinstance(e, StorageDamagedError) and os.path.basename(e.path) == "events.db"
 
 
 def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
