@@ -213,9 +213,15 @@ class StepTimeoutError(LittleWorkflowError, TimeoutError):
 
 
 class ReplayDivergenceError(LittleWorkflowError):
+    """The code no longer fits a run's log: it asks for steps the log does not hold, or in
+    another order (`step_path` names where), or it ends another way than the log says —
+    raises where the run completed, fails with another error type, or completes where the
+    run failed (`step_path` is "", and `__cause__` is what the code raised)."""
+
     def __init__(self, run_id: str, step_path: str, message: str):
-        self.run_id, self.step_path = run_id, step_path
-        super().__init__(f"replay of run {run_id} diverged at step {step_path!r}: {message}")
+        self.run_id, self.step_path, self.detail = run_id, step_path, message
+        where = f" at step {step_path!r}" if step_path else ""
+        super().__init__(f"replay of run {run_id} diverged{where}: {message}")
 
 
 class UnknownWorkflowError(LittleWorkflowError, LookupError):

@@ -9,6 +9,7 @@ cheapest primitive that really is atomic there.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -21,6 +22,9 @@ from .posix import REAL_POSIX, Posix
 from .shared_state import BoundedSet
 
 TEMP_PREFIX = ".tmp-"
+#: What removing a folder that still holds something fails with: POSIX says ENOTEMPTY or
+#: EEXIST; some fsspec backends raise a bare OSError (no errno) for it.
+NOT_EMPTY_ERRNOS = frozenset({errno.ENOTEMPTY, errno.EEXIST, None})
 
 
 def temp_name_for(path: str) -> str:
@@ -104,8 +108,12 @@ class Publisher(ABC):
         where directories are not real). `durable=False`: a removal a power cut may undo."""
         try:
             self.fs.rmdir(path)
-        except (FileNotFoundError, NotADirectoryError, OSError):
-            return False
+        except (FileNotFoundError, NotADirectoryError, FileExistsError):
+            return False  # not there, or (s3fs) a prefix that still holds keys
+        except OSError as e:
+            if e.errno in NOT_EMPTY_ERRNOS:
+                return False
+            raise  # refused or failed: the caller hears of it (a StorageError)
         return True
 
     def info(self, path: str) -> dict[str, Any] | None:
@@ -263,8 +271,12 @@ class LocalPublisher(Publisher):
     def remove_dir(self, path: str, *, durable: bool = True) -> bool:
         try:
             self.posix.rmdir(path)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
+        except OSError as e:
+            if e.errno in NOT_EMPTY_ERRNOS:
+                return False
+            raise  # refused or failed (EACCES, EROFS, EIO): not "not empty"
         if durable:
             # The parent may be gone too: another gc deleting the same run at once.
             self._fsync_dir_if_present(os.path.dirname(path))
