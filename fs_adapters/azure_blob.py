@@ -158,6 +158,11 @@ class AzureBlobPublisher(Publisher):
     def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # blob names need no directories
 
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
+        # No folders to remove: a prefix is gone with its last blob. (adlfs's rmdir
+        # returns without a word for any path below the container, full or not.)
+        return False
+
     def list_names(self, path: str) -> list[str]:
         self.fs.invalidate_cache(path)  # adlfs caches listings per instance
         try:

@@ -145,6 +145,7 @@ class ObjectStorePublisher(Publisher):
     blocking = True
     prefers_listing = True
     empty_folders_stay = False  # no folders: a prefix is gone with its last key
+    remove_tells_absence = False  # DeleteObject answers 204 whether or not the key was there
     atomic_publication = "yes: one conditional PUT (If-None-Match: *)"
     multi_writer = "yes: processes and hosts (the store arbitrates)"
 

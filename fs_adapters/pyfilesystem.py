@@ -302,7 +302,8 @@ class PyFilesystemFS(AbstractFileSystem):
         path = self._strip_protocol(path)
         if self.pyfs.hassyspath(path):
             self._durable_parent(path)
-            return self._local.publish_if_absent(self.pyfs.getsyspath(path), bytes(data))
+            return self._local.publish_if_absent(self.pyfs.getsyspath(path), bytes(data),
+                                                 durable=durable)
         parent = self._parent(path)
         tmp = self._join(parent, f".tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}")
         errors = _import_fs().errors
@@ -322,12 +323,17 @@ class PyFilesystemFS(AbstractFileSystem):
         path = self._strip_protocol(path)
         if self.pyfs.hassyspath(path):
             self._durable_parent(path)
-            self._local.replace(self.pyfs.getsyspath(path), bytes(data))
+            self._local.replace(self.pyfs.getsyspath(path), bytes(data), durable=durable)
             return
         tmp = self._join(self._parent(path), f".tmp-{uuid.uuid4().hex}")
         self._write(tmp, bytes(data))
         with _mapped_errors(path):
             self.pyfs.move(tmp, path, overwrite=True)
+
+    def sync(self) -> None:
+        """Make every `durable=False` publication so far durable (with a system path:
+        the directory fsyncs they skipped)."""
+        self._local.sync()
 
     def _durable_parent(self, path: str) -> None:
         """Create `path`'s parent directories as needed and make each one's name durable in

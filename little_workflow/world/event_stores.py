@@ -6,6 +6,7 @@ The event rules (receipts, artifact references, sequence allocation, digests) li
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sqlite3
@@ -265,6 +266,10 @@ class SqliteEventStore(EventStore):
         # run id -> (epoch, first lost sequence, error or None for "taken"): later appends
         # of that epoch fail the same way, so a failed commit never leaves a hole.
         self._lost: dict[str, tuple[int, int, BaseException | None]] = {}
+        # A direct publish_if_absent is one append with nothing allocated behind it: each
+        # gets an epoch of its own (negative: never the World's), so one refused append
+        # does not fail the caller's next one.
+        self._direct_epochs = itertools.count(-1, -1)
         #: True when the World was written before the run catalogue existed (local.py
         #: builds it when the World is opened).
         self.catalogue_needs_build = False
@@ -395,7 +400,8 @@ class SqliteEventStore(EventStore):
         self, run_id: str, sequence: int, data: bytes, *, durable: bool, idempotency_key: str | None
     ) -> bool:
         return self.enqueue(run_id, sequence, data, durable=durable,
-                            idempotency_key=idempotency_key).wait()
+                            idempotency_key=idempotency_key,
+                            epoch=next(self._direct_epochs)).wait()
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
                 idempotency_key: str | None, epoch: int = 0,

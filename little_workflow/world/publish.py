@@ -47,6 +47,9 @@ class Publisher(ABC):
     multi_writer: str = ""
     #: True where a folder emptied of its files stays (and is listed) until removed.
     empty_folders_stay: bool = True
+    #: True where `remove` of a file that is not there answers False. An object store's
+    #: delete succeeds either way: it answers True (asking first would cost a request).
+    remove_tells_absence: bool = True
 
     @abstractmethod
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
@@ -95,8 +98,9 @@ class Publisher(ABC):
         return None
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
-        """Remove the file at `path`; False when there was none. `durable=False`: a
-        removal a power cut may undo (for entries whose return does no harm)."""
+        """Remove the file at `path`; False when there was none (where the store can tell:
+        `remove_tells_absence`). `durable=False`: a removal a power cut may undo (for
+        entries whose return does no harm)."""
         try:
             self.fs.rm_file(path)
         except FileNotFoundError:
@@ -404,7 +408,8 @@ class ChainedPublisher(Publisher):
 class DelegatingPublisher(Publisher):
     """A filesystem that brings its own primitives (our adapters): the same names and
     signatures as a Publisher's — `publish_if_absent(path, data, *, durable=True)`,
-    optionally `replace(path, data, *, durable=True)`, and the `blocking` flag."""
+    optionally `replace(path, data, *, durable=True)` and `sync()`, and the `blocking`
+    flag."""
 
     def __init__(self, fs: Any):
         self.fs = fs
@@ -420,6 +425,11 @@ class DelegatingPublisher(Publisher):
             self.fs.replace(path, data, durable=durable)
         else:
             super().replace(path, data, durable=durable)
+
+    def sync(self) -> None:
+        # An adapter that honours durable=False brings the sync that makes up for it.
+        if callable(getattr(self.fs, "sync", None)):
+            self.fs.sync()
 
 
 class PrefixedPublisher(Publisher):
@@ -455,6 +465,10 @@ class PrefixedPublisher(Publisher):
     @property
     def empty_folders_stay(self) -> bool:  # type: ignore[override]
         return self.inner.empty_folders_stay
+
+    @property
+    def remove_tells_absence(self) -> bool:  # type: ignore[override]
+        return self.inner.remove_tells_absence
 
     def sync(self) -> None:
         self.inner.sync()
