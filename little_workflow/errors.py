@@ -213,18 +213,22 @@ class StepTimeoutError(LittleWorkflowError, TimeoutError):
 
 
 class ReplayDivergenceError(LittleWorkflowError):
-    """The code asks for other records than the run's log holds, or in another order.
-    `step_path` is what the code asked for; `log_step_path` what the log holds there
-    (None when replay found no record to name). Raised by `replay_run`, and when code
-    resumes a run (`resuming=True`): then nothing was called or appended but that
-    execution's `run.started`, and the run stays resumable by code that fits its log."""
+    """The code no longer fits a run's log: it asks for steps the log does not hold, or in
+    another order (`step_path` names where), or it ends another way than the log says —
+    raises where the run completed, fails with another error type, or completes where the
+    run failed (`step_path` is "", and `__cause__` is what the code raised).
+    `log_step_path` names what the log holds where the code asked for `step_path` (None
+    when not known). Raised by `replay_run`, and when code resumes a run
+    (`resuming=True`): then nothing was called or appended but that execution's
+    `run.started`, and the run stays resumable by code that fits its log."""
 
     def __init__(self, run_id: str, step_path: str, message: str, *,
                  log_step_path: str | None = None, resuming: bool = False):
-        self.run_id, self.step_path, self.log_step_path = run_id, step_path, log_step_path
-        self.resuming = resuming
+        self.run_id, self.step_path, self.detail = run_id, step_path, message
+        self.log_step_path, self.resuming = log_step_path, resuming
+        where = f" at step {step_path!r}" if step_path else ""
         what = "resuming run" if resuming else "replay of run"
-        super().__init__(f"{what} {run_id} diverged at step {step_path!r}: {message}")
+        super().__init__(f"{what} {run_id} diverged{where}: {message}")
 
 
 class WorkflowVersionError(LittleWorkflowError):
@@ -305,6 +309,46 @@ class StorageError(LittleWorkflowError, OSError):
     def __init__(self, path: str, problem: str, hint: str = ""):
         self.path, self.problem = path, problem
         super().__init__(f"{path}: {problem}{'; ' + hint if hint else ''}")
+
+
+# What failed, as a class, decided where the failure is met (world/storage_errors.py for
+# OS and SQLite errors, each fs_adapter for its store's answers): callers that act on the
+# kind of failure use isinstance, never the message. A failure no class below fits stays
+# a plain StorageError. Made from an OSError, `errno` keeps the OS's code.
+
+
+class StorageDamagedError(StorageError):
+    """A database its engine finds damaged (SQLite: malformed pages). Parts of it may
+    still be readable (`little verify` lists them); nothing more is written into it."""
+
+
+class StorageNotADatabaseError(StorageError):
+    """A file that should be a database is not one (SQLite: "file is not a database")."""
+
+
+class StorageFullError(StorageError):
+    """The disk, quota or file size limit is full."""
+
+
+class StorageReadOnlyError(StorageError):
+    """The data dir is on a read-only filesystem (or its database was opened read-only)."""
+
+
+class StoragePermissionError(StorageError):
+    """The storage refuses this user: file permissions, or an object store's credentials
+    and policy."""
+
+
+class StorageNotFoundError(StorageError):
+    """The storage itself is missing: the data dir's folder, a bucket, a container."""
+
+
+class StorageIOError(StorageError):
+    """The device failed an I/O operation."""
+
+
+class StorageUnreachableError(StorageError):
+    """No answer came back from a remote store (endpoint, network, DNS)."""
 
 
 class CatalogueQueryError(LittleWorkflowError, ValueError):
