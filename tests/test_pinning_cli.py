@@ -146,6 +146,12 @@ def test_renamed_step_without_a_version_the_run_is_pinned_and_left_alone(tmp_pat
     row = next(r for r in rows if r["runId"] == "run_x")
     assert row["status"] == "waiting" and row["needsVersion"].startswith("sha256:")
     assert row["needsVersion"] in app.little("runs").stdout
+    # `--json`: one object per run left alone, naming the error.
+    r = app.little("worker", "app", "--until-idle", "--json")
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["runId"], x["event"], x["error"]["type"]) for x in lines] == [
+        ("run_x", "refused", "WorkflowVersionError")], r.stdout
+    assert app.calls() == ["tool"]
     # The code it was created with finishes it, without calling the tool again.
     app.write(CALLS_TOOL, version=None)
     r = app.little("worker", "app", "--until-idle")
