@@ -2,9 +2,9 @@
 
 When code resumes a run, every record the log completed on the workflow's own path —
 steps, timers, waits, recorded values (`ctx.now`, `ctx.uuid`), memory reads and writes,
-kept and reused plans, patch markers, sub-run calls — must be asked for again before the execution
-calls or appends anything: a step the log does not hold, a sleep or wait going on, a
-value, the run's end. Otherwise `ReplayDivergenceError` names the log's record and the
+kept and reused plans, patch markers, sub-run calls — must be asked for again before the
+execution calls or appends anything: a step the log does not hold, a sleep or wait going
+on, a value, the run's end. Otherwise `ReplayDivergenceError` names the log's record and the
 code's, and the run stays as it was (not failed): code that fits its log can continue it.
 
 - A step counts once finished, a timer or wait once recorded. A step that never finished
@@ -243,8 +243,9 @@ class RunHistory:
         self.diverged = ReplayDivergenceError(
             self.run_id, code_path,
             f"the log's next record is {log_words} (event {due.sequence}), but this code "
-            f"asks for {code_words} first. Nothing was called; the run is unchanged and "
-            f"still resumable: continue it with code that asks for {log_words} there (the "
+            f"asks for {code_words} first. Nothing was called or recorded (but this "
+            f"execution's start); the run stays resumable: continue it with code that asks "
+            f"for {log_words} there (the "
             "code it ran with, or a branch on ctx.patched(...)), or fork it onto this code: "
             f"lw.fork_run(world, {self.run_id!r}, from_step={_fork_point(log, due)!r})",
             log_step_path=log_path, resuming=True)
