@@ -50,8 +50,10 @@ def decode_stored(codec: Codec, stored: Any, run_id: str, path: str, what: str) 
 
 def encode_input(wf: Any, input: Any, run_id: str) -> Any:
     """A workflow's input as frozen JSON, typed by its `input` annotation; one that does not
-    fit is refused (SchemaValidationError) before anything is written."""
-    codec = input_codec(wf.fn)
+    fit is refused (SchemaValidationError) before anything is written. No input (None)
+    stays None whatever the annotation, as `run_workflow(wf)` and `little run` without
+    `--input` give it."""
+    codec = PLAIN if input is None else input_codec(wf.fn)
     try:
         stored = codec.encode(input)
         if not codec.plain:
@@ -67,7 +69,8 @@ def encode_input(wf: Any, input: Any, run_id: str) -> Any:
 
 
 def decode_input(wf: Any, stored: Any, run_id: str) -> Any:
-    return decode_stored(input_codec(wf.fn), stored, run_id, "(input)", "input")
+    codec = PLAIN if stored is None else input_codec(wf.fn)
+    return decode_stored(codec, stored, run_id, "(input)", "input")
 
 
 def encode_output(wf: Any, value: Any, run_id: str) -> tuple[Any, Any]:
