@@ -621,3 +621,88 @@ def test_little_run_prints_a_typed_output_as_json(tmp_path):
         doc = json.loads(text)
         out = doc["output"] if extra else doc
         assert out == {"at": "2026-01-01T00:00:00Z", "tags": ["a", "b"], "blob": "_w=="}, r.stdout
+
+
+class Plain(BaseModel):  # no bytes config: pydantic's default, UTF-8 text
+    blob: bytes
+
+
+@dataclasses.dataclass
+class Packet:
+    blob: bytes
+
+
+def test_bytes_are_base64_except_where_a_models_own_config_says_otherwise(memory_world):
+    def raw() -> bytes:
+        return b"\x00\xff"
+
+    def packet() -> Packet:
+        return Packet(b"\x00\xff")
+
+    def text_model() -> Plain:
+        return Plain(blob=b"caf\xc3\xa9")
+
+    def binary_model() -> Plain:
+        return Plain(blob=b"\xff")
+
+    seen = []
+
+    @lw.workflow(id="bytes")
+    async def wf(ctx, input):
+        seen.append([await ctx.step("raw", raw), await ctx.step("packet", packet),
+                     await ctx.step("text", text_model)])
+        return await ctx.step("binary", binary_model)
+
+    with pytest.raises(lw.WorkflowFailedError):
+        lw.run_workflow(wf, {}, world=memory_world, run_id="run_bytes")
+    assert seen == [[b"\x00\xff", Packet(b"\x00\xff"), Plain(blob=b"caf\xc3\xa9")]]
+    outputs = {e.payload["stepPath"]: e.payload.get("output") for e in
+               memory_world.list_events("run_bytes") if e.type == "step.succeeded"}
+    assert outputs == {"raw": "AP8=", "packet": {"blob": "AP8="}, "text": {"blob": "café"}}
+    failed = next(e for e in memory_world.list_events("run_bytes") if e.type == "step.failed")
+    message = failed.payload["error"]["message"]
+    assert "'binary'" in message and "Plain" in message and "ser_json_bytes" in message, message
+
+
+class Clock:
+    def __init__(self, day: int):
+        self.day = day
+
+    def today(self) -> date:
+        return date(2026, 4, self.day)
+
+    def __call__(self) -> date:
+        return date(2026, 5, self.day)
+
+
+def test_methods_and_callable_objects_use_their_annotations(memory_world):
+    clock = Clock(7)
+    seen = []
+
+    @lw.workflow(id="methods")
+    async def wf(ctx, input):
+        seen.append((await ctx.step("method", clock.today), await ctx.step("object", clock),
+                     await ctx.step("class", functools.partial(Point, 1, 2.0), "made")))
+        return None
+
+    lw.run_workflow(wf, {}, world=memory_world, run_id="run_methods")
+    lw.replay_run(memory_world, "run_methods", wf)
+    want = (date(2026, 4, 7), date(2026, 5, 7), Point(1, 2.0, "made"))
+    assert len(seen) == 2 and all(same_types(s, want) for s in seen)
+
+
+def test_a_worker_runs_a_typed_workflow_from_its_stored_input(maker):
+    world = maker()
+    seen = []
+
+    @lw.workflow(id="typed-worker")
+    async def wf(ctx: lw.RunContext, input: Order) -> Receipt:
+        seen.append(input)
+        return Receipt(total=Decimal(input.qty), order=input)
+
+    lw.start_workflow(wf, ORDER, world=world, run_id="run_wk")
+    lw.Worker(world, workflows=[wf]).run_until_idle()
+    assert lw.materialize_run_state(world, "run_wk").status == "completed"
+    assert len(seen) == 1 and same_types(seen[0], ORDER)
+    result = lw.run_workflow(wf, ORDER, world=world, run_id="run_wk")  # the stored result
+    assert same_types(result.output, Receipt(total=Decimal(2), order=ORDER))

@@ -104,10 +104,15 @@ class ValueCodec:
         self._serializer = SchemaSerializer(schema, _BASE64_BYTES)
         self._validator = SchemaValidator(schema, _BASE64_BYTES)
         self._sorts_sets = _may_hold_sets(schema)
+        # A str, int or bool is its own JSON and its own decoding: no pydantic call (the
+        # common `-> int` step costs what an unannotated one does).
+        self._scalar = annotation if annotation in (str, int, bool) else None
 
     def encode(self, value: Any) -> Any:
         """The value as frozen JSON. A value of another type is dumped as pydantic infers
         it; `decode` then says whether it fits (a dict for a model does)."""
+        if type(value) is self._scalar:
+            return value
         try:
             out = self._serializer.to_python(value, mode="json", by_alias=True, warnings=False)
         except (PydanticSerializationError, ValueError, TypeError) as e:
@@ -120,6 +125,8 @@ class ValueCodec:
             raise ValueCodecError(self.type_name, f"cannot be encoded as JSON: {e}") from None
 
     def decode(self, stored: Any) -> Any:
+        if type(stored) is self._scalar:
+            return stored
         try:
             return self._validator.validate_json(to_json(stored), by_alias=True, by_name=True)
         except ValidationError as e:
