@@ -11,6 +11,12 @@ Each figure is given twice: wall time, and CPU time of the process (`process_tim
 the step costs this process, much less disturbed by other load on a shared machine).
 Run it under two checkouts (PYTHONPATH) alternately to compare before and after; each
 run warms up with one untimed run per flavour, then times REPS runs of each, interleaved.
+
+    python -m benchmarks.codec_cost --serve             one run per line asked on stdin
+
+`--serve` reads `KIND FLAVOUR N` lines and answers `WALL_US CPU_US` per step, so a driver
+holding one such process per checkout can alternate them run by run: on a loaded machine
+the load then falls on both sides alike.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from typing import Any
 from pydantic import BaseModel
 
 import little_workflow as lw
-
 from benchmarks.common import make_world, median
 
 
@@ -69,7 +74,21 @@ def per_step_us(kind: str, fn: Any, n: int) -> tuple[float, float]:
     return elapsed / n * 1e6, cpu / n * 1e6
 
 
+def serve() -> None:
+    for fn in FLAVOURS.values():
+        for kind in ("memory", "local_world"):
+            per_step_us(kind, fn, 50)  # warm-up
+    print("ready", flush=True)
+    for line in sys.stdin:
+        kind, flavour, n = line.split()
+        wall, cpu = per_step_us(kind, FLAVOURS[flavour], int(n))
+        print(f"{wall:.2f} {cpu:.2f}", flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        serve()
+        return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     out: dict[str, dict[str, dict[str, float]]] = {}

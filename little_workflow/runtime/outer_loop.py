@@ -191,7 +191,7 @@ async def arun_outer_loop(
             cycle = {"cycleNumber": number, "runId": run_id,
                      "workflowVersionId": wf.version_id, "status": status, "output": output}
             decision = await _decide(wf, supervise,
-                                     {**cycle, "input": thaw(input_json(wf, cycle_input, run_id))},
+                                     {**cycle, "input": input_json(wf, cycle_input, run_id)},
                                      list(cycles))
             done = isinstance(decision, Done)
             await offload(world, functools.partial(
