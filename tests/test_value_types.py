@@ -150,7 +150,7 @@ def test_a_step_returns_its_annotated_type_on_first_run_resume_and_replay(
         assert same_types(got, value), (phase, got, value)
 
 
-def test_stored_values_are_plain_json_that_little_events_shows(memory_world):
+def test_stored_values_are_plain_json(memory_world):
     world = memory_world
 
     def make() -> Order:
@@ -706,3 +706,18 @@ def test_a_worker_runs_a_typed_workflow_from_its_stored_input(maker):
     assert len(seen) == 1 and same_types(seen[0], ORDER)
     result = lw.run_workflow(wf, ORDER, world=world, run_id="run_wk")  # the stored result
     assert same_types(result.output, Receipt(total=Decimal(2), order=ORDER))
+
+
+def test_codecs_are_built_once_per_function_and_annotation():
+    from little_workflow.runtime.codec import PLAIN, codec_for, input_codec, return_codec
+
+    def make(n: int) -> tuple[int, datetime]:
+        return n, AT
+
+    async def flow(ctx: Any, input: Order) -> Basket:
+        raise NotImplementedError
+
+    assert return_codec(make) is return_codec(functools.partial(make, 1)) is return_codec(make)
+    assert codec_for(tuple[int, datetime]) is return_codec(make)
+    assert input_codec(flow) is codec_for(Order) and return_codec(flow) is codec_for(Basket)
+    assert return_codec(lambda: 1) is PLAIN and codec_for(Any) is PLAIN
