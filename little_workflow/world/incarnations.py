@@ -53,11 +53,13 @@ def started_elsewhere(own_start_sequence: int, event: Any) -> bool:
     return event.type == "run.started" and event.sequence > own_start_sequence
 
 
-def history_problems(records: Iterable[tuple[int, str, Any]]) -> list[str]:
+def history_problems(records: Iterable[tuple[int, str, Any]]) -> list[tuple[str, str]]:
     """What in one run's history (`(sequence, type, payload)` in log order) no single
-    executor writes: a step path committed twice, a record of an execution older than a
-    `run.started` before it, a start that does not rise. Each names sequences and paths."""
-    problems: list[str] = []
+    executor writes, as `(rule, message)`; each message names sequences and paths:
+    `committed-twice` a success after a success of one step path; `attempt-ended-twice`
+    two step.succeeded/step.failed of one attempt; `older-incarnation` a record of an
+    execution older than a run.started before it; `start-not-rising`."""
+    problems: list[tuple[str, str]] = []
     newest: tuple[int, int] | None = None  # (start, its sequence)
     ends: dict[tuple[str, Any], tuple[int, str]] = {}  # (path, attempt) -> first end record
     succeeded: dict[str, int] = {}
@@ -68,8 +70,8 @@ def history_problems(records: Iterable[tuple[int, str, Any]]) -> list[str]:
             start = payload.get("start")
             if type(start) is int:
                 if newest is not None and start <= newest[0]:
-                    problems.append(f"run.started at {sequence} has start {start}, not above "
-                                    f"start {newest[0]} at {newest[1]}")
+                    problems.append(("start-not-rising", f"run.started at {sequence} has start "
+                                     f"{start}, not above start {newest[0]} at {newest[1]}"))
                 if newest is None or start > newest[0]:
                     newest = (start, sequence)
             continue
@@ -77,23 +79,24 @@ def history_problems(records: Iterable[tuple[int, str, Any]]) -> list[str]:
         if type(incarnation) is int and newest is not None and incarnation < newest[0]:
             path = payload.get("stepPath")
             where = f" (step {path})" if isinstance(path, str) else ""
-            problems.append(f"{type_} at {sequence}{where} belongs to execution {incarnation}, "
-                            f"after run.started {newest[0]} at {newest[1]}")
+            problems.append(("older-incarnation", f"{type_} at {sequence}{where} belongs to "
+                             f"execution {incarnation}, after run.started {newest[0]} at "
+                             f"{newest[1]}"))
         if type_ not in ("step.succeeded", "step.failed"):
             continue
         path = payload.get("stepPath")
         if not isinstance(path, str):
             continue
         attempt = payload.get("attempt")
-        earlier = ends.get((path, attempt))
+        earlier = ends.get((path, attempt)) if type(attempt) is int else None
         if earlier is not None:
-            problems.append(f"step {path} attempt {attempt} ended twice: {earlier[1]} at "
-                            f"{earlier[0]} and {type_} at {sequence}")
+            problems.append(("attempt-ended-twice", f"step {path} attempt {attempt} ended "
+                             f"twice: {earlier[1]} at {earlier[0]} and {type_} at {sequence}"))
         else:
             ends[(path, attempt)] = (sequence, type_)
         if type_ == "step.succeeded":
             if path in succeeded and earlier is None:
-                problems.append(f"step {path} committed twice: step.succeeded at "
-                                f"{succeeded[path]} and at {sequence}")
+                problems.append(("committed-twice", f"step {path} committed twice: "
+                                 f"step.succeeded at {succeeded[path]} and at {sequence}"))
             succeeded.setdefault(path, sequence)
     return problems
