@@ -163,7 +163,8 @@ class RunContext:
     def _stamped(self, payload: Any) -> Any:
         if self.incarnation is None:
             return payload
-        self.check_fence()  # a superseded execution appends nothing more
+        if self.superseded is not None:
+            self.check_fence()  # a superseded execution appends nothing more
         if isinstance(payload, dict):
             return {**payload, incarnations.INCARNATION: self.incarnation}
         return payload

@@ -148,7 +148,8 @@ class RunWatch:
         the run here. Works even when the workflow never yields to the event loop."""
         if self._notified.is_set() or time.monotonic() - self._last_poll >= POLL_SECONDS:
             self.refresh()
-        self.ctx.check_fence()  # another execution started after this one: stop here
+        if self.ctx.superseded is not None:
+            self.ctx.check_fence()  # another execution started after this one: stop here
         if self.cancel_requested:
             raise asyncio.CancelledError()
 

@@ -99,13 +99,21 @@ def _still_named(fd: int, path: str) -> bool:
     return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
 
 
+#: The owner document is padded with spaces to this many bytes (JSON allows them).
+OWNER_BYTES = 256
+
+
 def _write_owner(fd: int, token: str) -> None:
     # No fsync: a lock matters only while its holder lives, and the kernel, not the file,
-    # decides that. The content only lets a refused caller name the holder.
+    # decides that. The content only lets a refused caller name the holder. Written over
+    # what a killed holder left, padded: no truncation to zero, which makes ext4 flush the
+    # file at close (its auto_da_alloc heuristic: measured, 5 ms a lock instead of 20 µs).
     doc = {"pid": os.getpid(), "host": socket.gethostname(), "token": token,
            "createdAt": utc_now_iso()}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(doc).encode(), 0)
+    data = json.dumps(doc).encode().ljust(OWNER_BYTES)
+    os.pwrite(fd, data, 0)
+    if os.fstat(fd).st_size > len(data):
+        os.ftruncate(fd, len(data))
 
 
 def _owner_pid(fd: int, path: str) -> int | None:

@@ -56,15 +56,13 @@ class RunLedger:
     last_ticket: Any = None  # the last append handed to the store (it may not be committed)
     #: (sequence, start) of every `run.started` known: the newest fences older executions.
     starts: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def newest_start(self) -> int:
-        return max((start for _, start in self.starts), default=0)
+    newest_start: int = 0  # the highest start in `starts` (0: none)
 
     def note_start(self, sequence: int, payload: Any) -> None:
         start = payload.get("start") if isinstance(payload, dict) else None
         if type(start) is int and (sequence, start) not in self.starts:
             self.starts.append((sequence, start))
+            self.newest_start = max(self.newest_start, start)
 
     def note(self, sequence: int, key: str | None, digest: str, type_: str) -> None:
         if sequence > self.last_sequence:
@@ -88,7 +86,7 @@ class RunLedger:
         self.epoch += 1
         self.loaded, self.last_sequence, self.receipts = False, 0, {}
         self.finished, self.finished_at, self.first = None, 0, None
-        self.starts = []
+        self.starts, self.newest_start = [], 0
 
     def rollback(self, epoch: int, first_lost: int) -> None:
         """Forget appends from `first_lost` on (allocated but never committed), once per
@@ -99,6 +97,7 @@ class RunLedger:
         self.last_sequence = min(self.last_sequence, first_lost - 1)
         self.receipts = {k: v for k, v in self.receipts.items() if v[0] < first_lost}
         self.starts = [s for s in self.starts if s[0] < first_lost]
+        self.newest_start = max((start for _, start in self.starts), default=0)
         if self.finished is not None and self.finished_at >= first_lost:
             self.finished, self.finished_at = None, 0
         if first_lost <= 1:
