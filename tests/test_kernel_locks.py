@@ -191,3 +191,10 @@ def test_two_processes_racing_for_one_run_execute_each_step_exactly_once(tmp_pat
              "--world", data_dir(kind, root)],
             env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert verify.returncode == 0, (kind, verify.stdout[-2000:], verify.stderr[-2000:])
+
+
+def test_a_locks_folder_that_cannot_hold_locks_is_a_storage_error_naming_it(tmp_path):
+    world = lw.virtual_world(f"file://{tmp_path}/wf")
+    (tmp_path / "wf" / "locks").write_text("not a folder")
+    with pytest.raises(lw.StorageError, match="locks"):
+        lw.run_workflow(one_step, None, world=world, run_id="run_nolocks")

@@ -30,6 +30,7 @@ import uuid
 
 from ..errors import RunLockedError
 from .ids import utc_now_iso
+from .storage_errors import storage_error
 
 
 class KernelLocks:
@@ -49,8 +50,13 @@ class KernelLocks:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except FileNotFoundError:
-                os.makedirs(self.locks_dir, exist_ok=True)
+                try:
+                    os.makedirs(self.locks_dir, exist_ok=True)
+                except OSError as e:
+                    raise storage_error(e, self.locks_dir) from None
                 continue
+            except OSError as e:  # read-only, full, not a folder: the storage failing
+                raise storage_error(e, path) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -66,8 +72,10 @@ class KernelLocks:
             token = uuid.uuid4().hex
             try:
                 _write_owner(fd, token)
-            except BaseException:
+            except BaseException as e:
                 os.close(fd)
+                if isinstance(e, OSError):
+                    raise storage_error(e, path) from None
                 raise
             with self._guard:
                 self._held[token] = (fd, path)
@@ -84,7 +92,9 @@ class KernelLocks:
             # Unlinked while still locked: whoever opened it meanwhile sees, once it gets
             # the lock, that the path names another file (or none) and starts again.
             os.unlink(path)
-        except FileNotFoundError:
+        except OSError:
+            # Gone already, or the folder turned read-only: the close below releases the
+            # lock all the same, and a file left behind is simply locked again next time.
             pass
         finally:
             os.close(fd)
