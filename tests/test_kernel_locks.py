@@ -198,3 +198,33 @@ def test_a_locks_folder_that_cannot_hold_locks_is_a_storage_error_naming_it(tmp_
     (tmp_path / "wf" / "locks").write_text("not a folder")
     with pytest.raises(lw.StorageError, match="locks"):
         lw.run_workflow(one_step, None, world=world, run_id="run_nolocks")
+
+
+@lw.workflow(id="member")
+async def member(ctx: lw.RunContext, input: Any) -> int:
+    return await ctx.step("m", lambda: 7)
+
+
+@lw.workflow(id="orchestrator")
+async def orchestrator(ctx: lw.RunContext, input: Any) -> Any:
+    return await ctx.call_workflow("member", None)
+
+
+def test_a_sub_run_another_caller_executes_leaves_its_orchestrator_unfinished_not_failed(
+        tmp_path):
+    """The orchestrator's sub-run is held elsewhere (a worker resumed it, say): the call
+    raises RunLockedError and records nothing, so the orchestrator is not failed and a
+    later call finishes it."""
+    from little_workflow.world.ids import canonical_json, sha256_hex
+
+    world = lw.virtual_world(f"file://{tmp_path}/wf")
+    sub_id = "run_" + sha256_hex(canonical_json({"parent": "run_orch",
+                                                 "call": "call-0-member"}))[:24]
+    with world.run_lock(sub_id):  # held by another caller (here: this thread)
+        with pytest.raises(lw.RunLockedError, match=sub_id):
+            lw.run_pipeline([member], None, orchestrator=orchestrator, world=world,
+                            run_id="run_orch")
+    types = [e.type for e in world.list_events("run_orch")]
+    assert "run.failed" not in types and "harness.tool_call.failed" not in types, types
+    assert lw.run_pipeline([member], None, orchestrator=orchestrator, world=world,
+                           run_id="run_orch").output == 7
