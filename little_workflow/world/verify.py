@@ -101,7 +101,8 @@ def verify_world(world: Any) -> VerifyReport:
 def _check_one_executor(run_id: str, envelopes: list[dict[str, Any]],
                         report: VerifyReport) -> None:
     """DESIGN §15: what no single executor writes (incarnations.history_problems)."""
-    records = [(env["sequence"], env.get("type"), env.get("payload")) for env in envelopes]
+    records = [(int(env["sequence"]), str(env.get("type")), env.get("payload"))
+               for env in envelopes]
     for _, problem in history_problems(records):
         report.add(run_id, problem)
 
