@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 from crashes import ROOT, TESTS
 from kernel_lock_child import KINDS, data_dir, open_world
+from soak import soak_size
 
 import little_workflow as lw
 
 CHILD = os.path.join(TESTS, "kernel_lock_child.py")
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
-TRIALS = int(os.environ.get("LW_LOCK_TRIALS", "20"))
+#: Races per kind: the bug (both processes executing) shows at the first one.
+TRIALS = soak_size("LW_LOCK_TRIALS", short=5, full=20)
 
 
 def holder(kind: str, root: str, name: str, what: str = "hold") -> tuple[subprocess.Popen, int]:
