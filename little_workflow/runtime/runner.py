@@ -23,6 +23,7 @@ from ..errors import (
     ReplayDivergenceError,
     RunCancelledError,
     RunFinishedError,
+    RunLockedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
@@ -45,6 +46,7 @@ from .waiting import (
     cancelled_on_entry,
     finish_if_cancelled,
     requested_reason,
+    stop_if_superseded,
 )
 from .workflow import Workflow
 
@@ -197,8 +199,8 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     await cancelled_on_entry(ctx)
     if resuming:
         await offload(world, refuse_other_versions, world, log, wf)
-    await ctx.append("run.started", {"start": log.starts + 1, "version": wf.code_version},
-                     durable=False)
+    ctx.begin_execution(await ctx.append(
+        "run.started", {"start": log.starts + 1, "version": wf.code_version}, durable=False))
     ctx.watch = RunWatch(ctx).start()
     ctx.body_task = asyncio.current_task()
     try:
@@ -211,11 +213,14 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
+        stop_if_superseded(ctx)  # raises LeaseLostError when another execution started
         await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
         raise  # not a failure of the run: it stays unfinished and resumable
     except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError,
-            ReplayDivergenceError, WorkflowVersionError):
-        raise  # not a failure of the run: it stays unfinished and resumable
+            RunLockedError, ReplayDivergenceError, WorkflowVersionError):
+        # Not a failure of the run: it stays unfinished and resumable. (RunLockedError:
+        # a sub-run another process executes; the last two: this code may not run it.)
+        raise
     except Exception as e:
         await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
         failure = failure_payload(e)
