@@ -592,7 +592,7 @@ def test_patched_is_true_for_a_new_run_recorded_and_served_on_resume_and_replay(
     patched = _patched_agent(ledger)
     waiting_run(world, patched, "run_new")
     marks = [e for e in world.list_events("run_new") if e.type == "patch.marked"]
-    assert [m.payload for m in marks] == [{"patchId": "search-v2"}]
+    assert [m.payload["patchId"] for m in marks] == ["search-v2"]
     assert types(world, "run_new").index("patch.marked") < types(world, "run_new").index(
         "step.started")
     lw.send_event(world, "run_new", "approval", "ok")
