@@ -77,7 +77,8 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
         ctx.meta["little.world_args"] = (["--data-dir", data_dir] if data_dir else
                                          ["--world", world_url] if world_url else [])
         try:
-            world = open_world(data_dir, world_url, read_only=read_only,
+            # --repair rebuilds the catalogue: the one reading command that writes.
+            world = open_world(data_dir, world_url, read_only=read_only and not kwargs.get("repair"),
                                run_id=kwargs.get("run_id"),
                                note=lambda line: click.echo(line, err=True))
         except lw.StorageError as e:

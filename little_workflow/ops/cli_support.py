@@ -14,6 +14,7 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import (
+    CatalogueNotBuiltError,
     LittleWorkflowError,
     StorageDamagedError,
     StorageError,
@@ -98,6 +99,14 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
         why = "" if not os.path.isdir(root) else " (the directory has no events/events.db)"
         raise CliError(f"{missing}no data dir at {root}{why}; give the one you ran with, "
                        "e.g. --data-dir DIR")
+    if read_only:
+        # Readers write nothing, so a read-only mount or snapshot reads too.
+        try:
+            return local_world(root, read_only=True)
+        except CatalogueNotBuiltError:
+            if not os.access(root, os.W_OK):
+                raise
+            # A World written by an older version: its catalogue is built on first open.
     return local_world(root)
 
 

@@ -45,7 +45,7 @@ from .models import ArtifactManifest, Event, FrozenDict, FrozenList, thaw
 from .publish import Publisher, is_temp_name
 from .shared_state import RunLedger, StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
-from .storage_errors import storage_error
+from .storage_errors import read_only_error, storage_error
 from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
 
 #: A payload value whose canonical JSON is larger than this is stored as an artifact and
@@ -171,6 +171,7 @@ class World:
         max_concurrent_steps: int | None,
         host_sources_allowed: bool,
         clock: Clock | None = None,
+        read_only: bool = False,
     ):
         if max_concurrent_steps is not None and max_concurrent_steps < 1:
             raise ValueError("max_concurrent_steps must be a positive integer or None")
@@ -188,6 +189,8 @@ class World:
         #: The World-wide cap on step functions running at once, in any thread or loop.
         self.step_slots = StepSlots(max_concurrent_steps)
         self.host_sources_allowed = host_sources_allowed
+        #: Opened for reading only (local_world(..., read_only=True)): every write refused.
+        self.read_only = read_only
         self._cross_process_locks = cross_process_locks
         # Run ids (and outer-loop fences) whose lock a caller holds through this World,
         # counted: close() waits for them instead of dropping their locks.
@@ -270,6 +273,8 @@ class World:
         on stores that batch (local_world). A keyed append is committed before this
         returns."""
         validate_run_id(run_id)
+        if self.read_only:
+            raise read_only_error(self.data_dir)
         if not isinstance(type, str) or not type:
             raise EventPayloadError(run_id, str(type), "the event type must be a non-empty string")
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):

@@ -22,6 +22,7 @@ from typing import Iterator, Protocol
 from ..errors import RunLockedError
 from .ids import utc_now_iso
 from .shared_state import StorageState
+from .storage_errors import read_only_error
 
 OWNERLESS_GRACE_SECONDS = 30.0
 
@@ -147,6 +148,19 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(b") ", 1)[1][:1] != b"Z"
     except (OSError, IndexError):
         return True
+
+
+class ReadOnlyLocks:
+    """The locks of a World opened read-only: taking one is a write, refused."""
+
+    def __init__(self, locks_dir: str):
+        self.locks_dir = locks_dir
+
+    def acquire(self, name: str, label: str) -> str:
+        raise read_only_error(self.locks_dir)
+
+    def release(self, name: str, token: str) -> None:
+        return None
 
 
 class DirectoryLocks:
