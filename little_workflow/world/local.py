@@ -49,7 +49,7 @@ def local_world(
     if os.path.isdir(root) and not os.access(root, os.W_OK):
         on_read_only_fs = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
         cls = StorageReadOnlyError if on_read_only_fs else StoragePermissionError
-        raise cls(root, "the data dir is read-only (" + (
+        raise cls(os.path.join(root, "events", "events.db"), "the data dir is read-only (" + (
             "a read-only filesystem" if on_read_only_fs else "no permission to write") + ")",
             "local_world(data_dir, read_only=True) reads it, as do the little commands that "
             "only read (runs, events, replay, verify, inspect, artifacts)")
