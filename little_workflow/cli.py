@@ -544,7 +544,8 @@ def _workflow_of(world: Any, run_id: str) -> str | None:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="print the artifact manifests as JSON")
 @click.option("--show", default=None, metavar="ARTIFACT",
-              help="print this artifact's content (its name, step/name or artifact:// ref)")
+              help="print this artifact's content (its name, step/name, the step's path "
+                   "when it has one artifact, or its artifact:// ref)")
 @world_options(read_only=True)
 def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
     """List a run's artifacts, or print one's content (--show)."""
@@ -569,6 +570,8 @@ def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
 def _show_artifact(world: Any, run_id: str, manifests: list[Any], wanted: str) -> None:
     found = [m for m in manifests if wanted in (m.artifact_ref, m.artifact_id, m.name,
                                                f"{m.step_path}/{m.name}")]
+    if not found:  # a step's path: its one artifact (a large output is `<step>/output`)
+        found = [m for m in manifests if m.step_path == wanted]
     if len(found) != 1:
         names = ", ".join(sorted({f"{m.step_path}/{m.name}" for m in manifests})) or "none"
         what = "no artifact" if not found else "more than one artifact named"

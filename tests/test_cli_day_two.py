@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import click
 import pytest
@@ -28,6 +31,19 @@ FLOWS = textwrap.dedent('''
                                              "properties": {"n": {"type": "integer"}}})
     async def squares(ctx: lw.RunContext, input: dict) -> dict:
         return {"sum": sum([await ctx.step(f"sq{x}", lambda x=x: x * x) for x in range(input["n"])])}
+
+
+    @lw.workflow(id="naps")
+    async def naps(ctx: lw.RunContext, input: dict) -> dict:
+        await ctx.sleep("one", 0.3)
+        await ctx.sleep("two", 0.3)
+        return {"done": await ctx.step("end", lambda: True)}
+
+
+    @lw.workflow(id="download")
+    async def download(ctx: lw.RunContext, input: dict) -> dict:
+        page = await ctx.step("download", lambda: "<p>" + "x" * 70_000 + "</p>")
+        return {"length": len(page)}
 
 
     @lw.workflow(id="breaks")
@@ -119,3 +135,55 @@ def test_every_option_has_help_and_the_run_id_rule_is_in_the_help():
     assert "run_ followed by 1 to 80 letters, digits, _ or -" in " ".join(r.stdout.split())
     r = little("run", "--help", cwd=ROOT)
     assert "run_ then letters, digits, _ or -" in " ".join(r.stdout.split())
+
+
+def test_artifacts_show_takes_a_steps_path(proj):
+    r = little("run", "flows:download", "--input", "{}", "--run-id", "run_dl", cwd=proj)
+    assert r.returncode == 0, r.stderr
+    r = little("artifacts", "run_dl", "--show", "download", cwd=proj)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('"<p>xxx') or r.stdout.startswith("<p>xxx"), r.stdout[:100]
+
+
+def test_events_follow_lines_up_its_columns(proj):
+    assert little("run", "flows:download", "--input", "{}", "--run-id", "run_f",
+                  cwd=proj).returncode == 0
+    r = little("events", "run_f", "--follow", cwd=proj)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 5, r.stdout
+    # The step's name (present on some lines only) no longer pushes the times around.
+    starts = {re.search(r"\d{4}-\d\d-\d\dT", line).start() for line in lines}
+    assert len(starts) == 1, r.stdout
+
+
+def test_a_worker_counts_a_run_resumed_twice_once(proj):
+    import little_workflow as lw
+
+    world_dir = str(proj / "data")
+    sys.path.insert(0, str(proj))
+    try:
+        import flows
+        with lw.local_world(world_dir) as world:
+            lw.start_workflow(flows.naps, {}, world=world, run_id="run_naps")
+    finally:
+        sys.path.remove(str(proj))
+        sys.modules.pop("flows", None)
+    worker = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "worker", "flows",
+                               "--data-dir", world_dir], cwd=proj, stderr=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, text=True,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with lw.local_world(world_dir, read_only=True) as world:
+                if lw.materialize_run_state(world, "run_naps").status == "completed":
+                    break
+            assert time.monotonic() < deadline, "the worker did not finish run_naps"
+            time.sleep(0.2)
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert err.count("run_naps resumed") == 2, err
+    assert err.strip().splitlines()[-1] == "worker stopped: 1 run started: 1 completed", err
