@@ -28,7 +28,6 @@ from .ops.cli_support import (
     run_rows,
 )
 from .world.ids import new_run_id
-from .world.verify import verify_world
 
 
 def interruptible() -> Any:
@@ -51,13 +50,15 @@ class UserError(click.ClickException):
 
 
 def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = False,
-                  on_damaged: Callable[..., Any] | None = None) -> Any:
+                  on_damaged: Callable[..., Any] | None = None,
+                  catalogue_only: bool = False) -> Any:
     """`--data-dir DIR` / `--world URL` for a command, which gets `world=`. A read-only
     command (`@world_options(read_only=True)`) never creates a data dir. A damaged
     events.db is refused when opened; `on_damaged(data_dir, error, **kwargs)` is called
     instead of the command where it can do better (verify: what can still be read)."""
     if fn is None:
-        return functools.partial(world_options, read_only=read_only, on_damaged=on_damaged)
+        return functools.partial(world_options, read_only=read_only, on_damaged=on_damaged,
+                                 catalogue_only=catalogue_only)
 
     @click.option("--data-dir", default=None, metavar="DIR",
                   help="local_world data dir (default $LITTLE_DATA_DIR, else .little-workflow)")
@@ -79,7 +80,7 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
         try:
             # --repair rebuilds the catalogue: the one reading command that writes.
             world = open_world(data_dir, world_url, read_only=read_only and not kwargs.get("repair"),
-                               run_id=kwargs.get("run_id"),
+                               run_id=kwargs.get("run_id"), catalogue_only=catalogue_only,
                                note=lambda line: click.echo(line, err=True))
         except lw.StorageError as e:
             if on_damaged is None or not is_damaged_events_db(e):
@@ -222,7 +223,7 @@ def run(target: str, input_json: str | None, run_id: str | None, as_json: bool,
 @click.option("--cursor", default=None, metavar="CURSOR", help="the page after this cursor")
 @click.option("--all", "every_page", is_flag=True, help="every page, not only the first")
 @click.option("--json", "as_json", is_flag=True, help="print the runs as JSON (one object per run)")
-@world_options(read_only=True)
+@world_options(read_only=True, catalogue_only=True)
 def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, limit: int,
          cursor: str | None, every_page: bool, as_json: bool, world: Any) -> None:
     """List runs, newest first, a page at a time: id, status, workflow, started (UTC),
@@ -618,6 +619,8 @@ def verify(as_json: bool, repair: bool, world: Any) -> None:
         folded = rebuild_catalogue(world)
         if not as_json:
             click.echo(f"rebuilt the catalogue summaries of {folded} runs from their logs")
+    from .world.verify import verify_world
+
     report = verify_world(world)
     if as_json:
         _dump(report.to_json_dict())

@@ -187,3 +187,25 @@ def test_a_worker_counts_a_run_resumed_twice_once(proj):
             worker.kill()
     assert err.count("run_naps resumed") == 2, err
     assert err.strip().splitlines()[-1] == "worker stopped: 1 run started: 1 completed", err
+
+
+def test_little_runs_on_a_local_world_loads_neither_the_world_core_nor_fsspec(proj):
+    """`little runs` reads a local_world's catalogue straight from events.db: the World
+    core and fsspec (most of the 0.3 s a whole `little runs` process took) stay unloaded.
+    Measured whole-process in the report of issue 32, not asserted here."""
+    assert little("run", "flows:squares", "--input", '{"n": 2}', "--run-id", "run_fast",
+                  cwd=proj).returncode == 0
+    probe = textwrap.dedent("""
+        import sys
+        from little_workflow.cli import main
+        try:
+            main(["runs"])
+        except SystemExit:
+            pass
+        print(sorted(m for m in ("fsspec", "little_workflow.world.core", "pydantic", "asyncio")
+                     if m in sys.modules))
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=proj, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert "run_fast" in r.stdout, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..errors import (
     DocumentCorruptError,
@@ -46,7 +46,9 @@ from .publish import Publisher, is_temp_name
 from .shared_state import RunLedger, StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
 from .storage_errors import read_only_error, storage_error
-from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
+
+if TYPE_CHECKING:
+    from .views import ChangeJournal
 
 #: A payload value whose canonical JSON is larger than this is stored as an artifact and
 #: referenced as `{"$ref": "artifact://…"}` (DESIGN §10: bounded events).
@@ -757,6 +759,9 @@ class World:
                   journal: ChangeJournal | None = None) -> Any:
         """A folder of this World as an fsspec filesystem whose every operation is a call
         of this World's file methods (scratch folders, memory stores, bash mounts)."""
+        # fsspec (under the views) loads with the first view, not with every World user.
+        from .views import ReadOnlyFileSystem, WorldFileSystem
+
         view = WorldFileSystem(self, relative_root, journal=journal)
         return ReadOnlyFileSystem(view, label=relative_root) if read_only else view
 
