@@ -259,7 +259,8 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
         click.echo(f"no runs{' with ' + which if which else ''} in {world.data_dir}")
         return
     header = ["run id", "status", "workflow", "started (UTC)", "duration", "steps", "waits for"]
-    table = [[r["runId"], r["status"], r["workflowId"] or "-", format_started(r["startedAt"]),
+    table = [[r["runId"], r["status"] + (" (no live holder)" if r.get("noLiveHolder") else ""),
+              r["workflowId"] or "-", format_started(r["startedAt"]),
               format_duration(r["durationSeconds"]), str(r["steps"]),
               _waits_for(r.get("waiting"))] for r in rows]
     if any(r.get("error") for r in rows):  # what a failed run failed with, in short

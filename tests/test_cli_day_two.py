@@ -20,6 +20,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLOWS = textwrap.dedent('''
+    import time
+
     import little_workflow as lw
 
 
@@ -44,6 +46,13 @@ FLOWS = textwrap.dedent('''
     async def download(ctx: lw.RunContext, input: dict) -> dict:
         page = await ctx.step("download", lambda: "<p>" + "x" * 70_000 + "</p>")
         return {"length": len(page)}
+
+
+    @lw.workflow(id="hangs")
+    async def hangs(ctx: lw.RunContext, input: dict) -> dict:
+        await ctx.step("mark", lambda: open(input["marker"], "w").close())
+        await ctx.step("hang", time.sleep, 600)
+        return {}
 
 
     @lw.workflow(id="breaks")
@@ -209,3 +218,29 @@ def test_little_runs_on_a_local_world_loads_neither_the_world_core_nor_fsspec(pr
                        timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert "run_fast" in r.stdout, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
+
+
+def test_runs_says_when_a_running_run_has_no_live_holder(proj):
+    marker = str(proj / "hanging")
+    proc = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "run", "flows:hangs",
+                             "--input", json.dumps({"marker": marker}), "--run-id", "run_hang"],
+                            cwd=proj, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
+            time.sleep(0.05)
+        alive = little("runs", cwd=proj)
+        row = [line for line in alive.stdout.splitlines() if line.startswith("run_hang ")][0]
+        assert " running " in row and "no live holder" not in row, alive.stdout
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    dead = little("runs", cwd=proj)
+    row = [line for line in dead.stdout.splitlines() if line.startswith("run_hang ")][0]
+    assert "running (no live holder)" in row, dead.stdout
+    r = little("runs", "--json", cwd=proj)
+    assert json.loads(r.stdout)[0]["noLiveHolder"] is True

@@ -254,6 +254,19 @@ def run_row(summary: Any) -> dict[str, Any]:
             "parentRunId": summary.parent_run_id}
 
 
+def has_no_live_holder(world: Any, run_id: str) -> bool:
+    """A `running` run that no process executes (its process was killed: a worker or
+    `little run` resumes it), where the World can tell: local_world's lock directories.
+    Elsewhere (leases on an object store, in-process locks) it says nothing."""
+    from ..world.ids import run_lock_name
+    from ..world.locks import directory_lock_holder
+
+    locks_dir = os.path.join(str(getattr(world, "data_dir", "")), "locks")
+    if not (isinstance(world, LocalCatalogueReader) or getattr(world, "kind", None) == "local"):
+        return False
+    return directory_lock_holder(locks_dir, run_lock_name(run_id)) in ("none", "dead")
+
+
 def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,
              since: float | None = None, limit: int = 50, cursor: str | None = None,
              every_page: bool = False) -> tuple[list[dict[str, Any]], str | None]:
@@ -273,6 +286,9 @@ def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | N
         page = list_runs(world, status=list(statuses) or None, workflow_id=workflow_id,
                          created_after=after, limit=limit, cursor=cursor)
         rows += [run_row(r) for r in page.runs]
+        for row in rows:
+            if row["status"] == "running" and "noLiveHolder" not in row:
+                row["noLiveHolder"] = has_no_live_holder(world, row["runId"])
         cursor = page.next_cursor
         if cursor is None or not every_page:
             return rows, cursor

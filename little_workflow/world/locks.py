@@ -133,6 +133,21 @@ def owner_state(owner: dict) -> str:
     return "alive"
 
 
+def directory_lock_holder(locks_dir: str, name: str) -> str:
+    """Who holds the directory lock `name` (local_world): "none" when it is not held, else
+    `owner_state` of its owner — "self", "alive", "dead" (a killed process's lock, taken
+    over by the next one to ask) or "unknown" (another host, or no readable owner yet)."""
+    lock_dir = os.path.join(locks_dir, name)
+    if not os.path.isdir(lock_dir):
+        return "none"
+    try:
+        with open(os.path.join(lock_dir, "owner.json"), "rb") as f:
+            owner = json.load(f)
+    except (OSError, ValueError):
+        return "unknown"
+    return owner_state(owner) if isinstance(owner, dict) else "unknown"
+
+
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
