@@ -7,7 +7,8 @@ checker (`chaos/history.py`) over every log and the external step ledger. The te
 test takes the kernel locks of local files away (and the log fence too): the checker and
 `little verify` must then catch two executors of one run.
 
-`LW_CHAOS_SECONDS` (default 40) is the chaos time, split over the backends (S3 half);
+`LW_CHAOS_SECONDS` (default 24; 40 under LW_SOAK=1) is the chaos time, split over the
+backends (S3 half);
 `LW_CHAOS_SEED` reproduces a run's schedule of kills, pauses and actions (the report of
 a failure prints it); `LW_CHAOS_WORKDIR` keeps the process logs; `LW_CHAOS_ROLES`
 (e.g. `starter,sender`) runs only those actors besides the workers, a focused run. The first tests prove
@@ -23,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-import little_workflow as lw
 from chaos import history
 from chaos.driver import ACTOR_ROLES, MotoProcess, SlowLink, run_chaos
 from soak import soak_size
 
-SECONDS = float(os.environ.get("LW_CHAOS_SECONDS", "40"))
+import little_workflow as lw
+
+SECONDS = soak_size("LW_CHAOS_SECONDS", short=24.0, full=40.0)
 SEED = int(os.environ.get("LW_CHAOS_SEED") or int(time.time()) % 100_000)
 LEASE = 1.5
 #: A focused run: only these actors besides the two workers (e.g. `starter,sender`).

@@ -9,7 +9,11 @@ was committed ran again (0 duplicated committed steps): every execution writes a
 line with a fresh token before returning it, so the committed token must be the last
 ledger line of its step — earlier lines are executions that never committed.
 
-Scale with LW_TORTURE_RUNS (default 60) and LW_TORTURE_SECONDS (default 240)."""
+Scale with LW_TORTURE_RUNS (default 20, 60 under LW_SOAK=1) and LW_TORTURE_SECONDS
+(default 240). Kills are paced by progress as well as by the clock: a worker is killed
+only once it is up (it has printed its banner: imports done, World open), and only after
+some step ran since the previous kill — on a loaded machine, where a restart takes
+seconds, kills a second would otherwise only ever hit workers still importing."""
 
 from __future__ import annotations
 
@@ -21,12 +25,13 @@ import sys
 import time
 
 from conftest import ROOT
+from soak import soak_size
 
 import little_workflow as lw
 from little_workflow.runtime.active_index import active_run_ids
 from little_workflow.runtime.state import RunLog
 
-RUNS = int(os.environ.get("LW_TORTURE_RUNS", "60"))
+RUNS = soak_size("LW_TORTURE_RUNS", short=20, full=60)
 # 240 s, not 150: every run now also keeps its catalogue summary on S3 (a few requests
 # per status change) and a worker re-reads a run after a failed attempt; under a kill a
 # second the 60 runs took 85 s before and up to ~165 s now on a loaded machine. The
@@ -50,12 +55,35 @@ def worker_env(moto_s3, ledger: str) -> dict[str, str]:
     }
 
 
-def spawn(url: str, env: dict[str, str], log_path: str) -> subprocess.Popen:
-    with open(log_path, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", "from little_workflow.cli import main; main()",
-             "worker", "multihost_flows", "--world", url, "--concurrency", "8"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+class WorkerProcess:
+    """One `little worker` and where its log stood when it was started."""
+
+    def __init__(self, url: str, env: dict[str, str], log_path: str):
+        self.log_path = log_path
+        self.log_start = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        with open(log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from little_workflow.cli import main; main()",
+                 "worker", "multihost_flows", "--world", url, "--concurrency", "8"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def up(self) -> bool:
+        """It has printed its banner since it was started."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self.log_start)
+            return b"worker: " in f.read()
+
+    def kill(self) -> None:
+        self.proc.kill()  # SIGKILL
+        self.proc.wait()
+
+
+def executed_steps(ledger: str) -> int:
+    """Step executions so far, committed or not (ledger lines)."""
+    if not os.path.exists(ledger):
+        return 0
+    with open(ledger, "rb") as f:
+        return f.read().count(b"\n")
 
 
 def ledger_lines(path: str) -> dict[tuple[str, str], list[str]]:
@@ -79,8 +107,8 @@ def test_workers_on_three_hosts_survive_sigkills(moto_s3, tmp_path):
     env = worker_env(moto_s3, ledger)
     logs = [str(tmp_path / f"worker{i}.log") for i in range(WORKERS)]
     rng = random.Random(int(os.environ.get("LW_TORTURE_SEED", "16")))
-    procs = [spawn(url, env, logs[i]) for i in range(WORKERS)]
-    kills = 0
+    procs = [WorkerProcess(url, env, logs[i]) for i in range(WORKERS)]
+    kills = executed_at_kill = 0
     started = time.monotonic()
     next_kill = started + rng.uniform(0.7, 1.3)
     try:
@@ -89,19 +117,19 @@ def test_workers_on_three_hosts_survive_sigkills(moto_s3, tmp_path):
             assert elapsed < MAX_SECONDS, (
                 f"{len(active_run_ids(world))} runs unfinished after {elapsed:.0f} s "
                 f"and {kills} kills; worker logs in {tmp_path}")
-            if time.monotonic() >= next_kill:
+            if time.monotonic() >= next_kill and executed_steps(ledger) > executed_at_kill:
                 victim = rng.randrange(WORKERS)
-                procs[victim].kill()  # SIGKILL
-                procs[victim].wait()
-                procs[victim] = spawn(url, env, logs[victim])
-                kills += 1
-                next_kill = time.monotonic() + rng.uniform(0.7, 1.3)
+                if procs[victim].up():
+                    executed_at_kill = executed_steps(ledger)
+                    procs[victim].kill()
+                    procs[victim] = WorkerProcess(url, env, logs[victim])
+                    kills += 1
+                    next_kill = time.monotonic() + rng.uniform(0.7, 1.3)
             time.sleep(0.2)
         elapsed = time.monotonic() - started
     finally:
         for p in procs:
             p.kill()
-            p.wait()
 
     lost = []
     duplicated = []
