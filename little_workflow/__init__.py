@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.signals import send_event
     from .runtime.state import RunResult, RunState, StepState
     from .runtime.steps import Retry, StepInfo, current_step
+    from .runtime.streams import aread_stream, read_stream
     from .runtime.worker import Worker
     from .runtime.workflow import Workflow, workflow
     from .world import (
@@ -109,6 +110,7 @@ _LAZY = {
     "areplay_run": ".runtime.runner",
     "arun_pipeline": ".runtime.api",
     "arun_workflow": ".runtime.api",
+    "aread_stream": ".runtime.streams",
     "cancel_run": ".runtime.control",
     "current_step": ".runtime.steps",
     "file_mount": ".runtime.bash_steps",
@@ -119,6 +121,7 @@ _LAZY = {
     "local_world": ".world",
     "materialize_run_state": ".runtime.runner",
     "read_only": ".runtime.bash_steps",
+    "read_stream": ".runtime.streams",
     "replay_run": ".runtime.runner",
     "run_pipeline": ".runtime.api",
     "run_workflow": ".runtime.api",
@@ -224,6 +227,7 @@ __all__ = [
     "start_workflow",
     "testing",
     "arun_workflow",
+    "aread_stream",
     "current_run",
     "current_step",
     "file_mount",
@@ -233,6 +237,7 @@ __all__ = [
     "local_world",
     "materialize_run_state",
     "read_only",
+    "read_stream",
     "replay_run",
     "run_pipeline",
     "run_workflow",

@@ -50,6 +50,7 @@ from .steps import (
     StepInfo,
     StepSlot,
     call_step_fn,
+    current_step_or_none,
     error_record,
     release_enclosing_slot,
     reset_current,
@@ -111,6 +112,8 @@ class RunContext:
     started_sequence = 0  # the sequence of this execution's run.started
     #: Why this execution must stop: another one started after it (read from the log).
     superseded: str | None = None
+    #: The position of the next `write_stream` call from workflow code (streams.py).
+    stream_position = 0
 
     def __init__(
         self,
@@ -718,6 +721,30 @@ class RunContext:
         from .timers import new_uuid
 
         return new_uuid(self)
+
+    # ---- durable streams (streams.py) ------------------------------------------------
+
+    async def write_stream(self, key: str, value: Any) -> None:
+        """Append `value` (JSON, or a pydantic model, dataclass...) to this run's durable
+        stream `key`, which `lw.read_stream` / `little stream` readers get in order, from
+        any process, as it is written. Exactly once: a resumed or replayed run finds the
+        write its log holds for this call and writes nothing again. A closed stream takes
+        no more writes (StepError)."""
+        from .streams import write_from_workflow
+
+        step = current_step_or_none()
+        if step is not None and step.run_id == self.run_id:
+            # ctx used inside a step function: that step's write (at least once).
+            await step.awrite_stream(key, value)
+            return
+        await write_from_workflow(self, key, value)
+
+    async def close_stream(self, key: str) -> None:
+        """Close stream `key`: its readers end after its last value; later writes are a
+        StepError. Closing it again changes nothing."""
+        from .streams import close_from_workflow
+
+        await close_from_workflow(self, key)
 
     # ---- features built on top (memory, plans, pipelines, bash) -----------------------
 
