@@ -181,8 +181,8 @@ class AzureLockBlobs:
             found = azure_error(e)
             if found is not None and (found[1] == 412 or found[0] in EXISTS_CODES):
                 raise LockChanged(path) from e
-            if found is not None and found[0] == "BlobNotFound" and doing != "reading":
-                raise LockChanged(path) from e  # replaced a version that is gone
+            if found is not None and found[0] == "BlobNotFound":
+                raise FileNotFoundError(path) from e
             if _transient(e):
                 raise TryAgain(path) from e
             raise storage_error(e, path, f"{doing} the run lock") from e
@@ -200,8 +200,11 @@ class AzureLockBlobs:
     def replace(self, path: str, record: LockRecord, etag: str) -> str:
         from azure.core import MatchConditions
 
-        return self._put(path, record, {"overwrite": True, "etag": etag,
-                                        "match_condition": MatchConditions.IfNotModified})
+        try:
+            return self._put(path, record, {"overwrite": True, "etag": etag,
+                                            "match_condition": MatchConditions.IfNotModified})
+        except FileNotFoundError as e:
+            raise LockChanged(path) from e  # the version named is gone
 
     def look(self, path: str) -> LockVersion | None:
         headers: dict[str, str] = {}
@@ -215,11 +218,8 @@ class AzureLockBlobs:
 
         try:
             found = self._call(path, "reading", properties)
-        except StorageError as e:
-            cause = azure_error(e.__cause__) if e.__cause__ is not None else None
-            if cause is not None and cause[1] == 404 and cause[0] != "ContainerNotFound":
-                return None
-            raise
+        except FileNotFoundError:
+            return None
         date = headers.get("Date") or headers.get("date")
         age = None
         if date and found.last_modified is not None:

@@ -1,19 +1,17 @@
 """Fenced leases on an object store: the run-lock protocol of S3 and Azure Blob.
 
-1. A lock is one object `<locks>/<name>/owner.json`: {state, token, generation, pid, host, lease}.
-2. Take it by creating it only if absent (`If-None-Match: *`), at generation 1.
-3. Found one: free, or expired by the store's clock alone (the `Date` of a fresh look minus
-   its `Last-Modified` ≥ lease + 1 s, both whole seconds) → replace exactly the version
-   judged (`If-Match` its ETag) at generation + 1: one contender wins; else RunLockedError.
-4. The holder renews every lease/3 with `If-Match` on its last ETag; a refused renewal whose
-   object still bears its token (an answer lost) is adopted, another token means lost.
-5. Local deadline: start of the last renewal that landed + lease − lease/3, on this host's
-   elapsed clock. `check()` raises LeaseLostError past it, so a holder that cannot renew
-   stops appending before the store can call its lease expired.
-6. Release marks the object free (`If-Match`), never deletes it: generations only rise.
-7. The check is an optimisation, the log is the fence (DESIGN §13): a paused holder's late
-   write is history to the taker, and its next append meets the taker's sequence.
-A store supplies only `LeaseStore`: create if absent, replace if unchanged, look.
+1. A lock is one object `<locks>/<name>/owner.json` {state, token, generation, pid, host, lease}.
+2. Take: create it if absent (`If-None-Match: *`) at generation 1. Found: if free, or expired
+   by the store's clock alone (`Date` of a fresh look − `Last-Modified` ≥ lease + 1 s),
+   replace exactly the version judged (`If-Match` its ETag) at generation + 1; else
+   RunLockedError. One contender wins; a generation is never reused.
+3. Renew every lease/3 (`If-Match` on the last ETag); a refused write still bearing our token
+   (its answer lost) is adopted, another token means the lease is lost.
+4. `check()` fails past start of the last renewal that landed + lease − lease/3 (this host's
+   elapsed clock): a holder that cannot renew stops before the store can expire it.
+5. Release marks it free (`If-Match`), never deletes it, so generations only rise.
+6. The check is an optimisation, the log is the fence (DESIGN §13).
+A store supplies `LeaseStore`: create if absent, replace if unchanged, look.
 """
 
 from __future__ import annotations
@@ -189,8 +187,6 @@ class LeasedLocks:
     def acquire(self, name: str, label: str) -> str:
         path = self._path(name)
         token = uuid.uuid4().hex
-        # Our own create may land while its answer is lost: a later look finds our token.
-        first_try = local_clock()
         for attempt in range(ACQUIRE_ROUNDS):
             started = local_clock()
             try:
@@ -204,21 +200,18 @@ class LeasedLocks:
                 if found is None:
                     continue  # released and removed meanwhile: race to create again
                 prior = found.record
-                if prior.token == token and prior.state == "held":
-                    etag, generation, started = found.etag, prior.generation, first_try
-                elif not self._expired(found):
+                if not self._expired(found):
                     raise RunLockedError(
                         label, prior.pid,
                         f" on host {prior.host} (lease generation {prior.generation})") from None
-                else:
-                    # Free or expired: take it over, exactly that version of it.
-                    started = local_clock()
-                    try:
-                        etag = self.store.replace(
-                            path, self._record(token, prior.generation + 1, "held"), found.etag)
-                        generation = prior.generation + 1
-                    except (LockChanged, TryAgain):
-                        continue  # another contender won this round: look again
+                # Free or expired: take it over, exactly that version of it.
+                started = local_clock()
+                try:
+                    etag = self.store.replace(
+                        path, self._record(token, prior.generation + 1, "held"), found.etag)
+                    generation = prior.generation + 1
+                except (LockChanged, TryAgain):
+                    continue  # another contender won this round: look again
             lease = _Lease(name=name, label=label, path=path, token=token,
                            generation=generation, etag=etag,
                            deadline=started + self.lease_seconds - self.margin)

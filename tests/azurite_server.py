@@ -159,3 +159,26 @@ class NetworkPath:
                 except OSError:
                     pass
                 sock.close()
+
+
+class RequestCounter:
+    """Counts the HTTP requests an adlfs filesystem sends, by method: gives `fs` a client
+    whose every request passes a hook (the SDK's `raw_request_hook`)."""
+
+    def __init__(self, fs: Any, connection_string: str) -> None:
+        from azure.storage.blob.aio import BlobServiceClient
+
+        self.by_method: dict[str, int] = {}
+        fs.service_client = BlobServiceClient.from_connection_string(
+            connection_string, raw_request_hook=self._sent)
+
+    def _sent(self, request: Any) -> None:
+        method = request.http_request.method
+        self.by_method[method] = self.by_method.get(method, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_method.values())
+
+    def reset(self) -> None:
+        self.by_method.clear()
