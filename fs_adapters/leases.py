@@ -242,7 +242,7 @@ class LeasedLocks:
                     return
                 wait = min(self.renew_every, self.lease_seconds / 10)
                 continue
-            except Exception as e:  # noqa: BLE001 - any failure: try again soon, until the deadline
+            except (StorageError, TryAgain) as e:  # try again soon, until the deadline
                 lease.last_error = f"{type(e).__name__}: {e}"
                 wait = min(self.renew_every, self.lease_seconds / 10)
                 continue
@@ -313,5 +313,5 @@ class LeasedLocks:
             except (LockChanged, TryAgain):
                 if not self._adopt_own_write(lease):
                     return  # not ours any more: never touch another holder's lock
-            except Exception:  # noqa: BLE001 - unreachable store: the lease expires on its own
+            except StorageError:  # unreachable store: the lease expires on its own
                 return

@@ -27,6 +27,7 @@ from ..errors import (
     StorageError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    failure_text,
 )
 from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
@@ -302,7 +303,8 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
                      mode="replay", run_child=arun_single)
     try:
         with running(ctx):
-            output = await wf.fn(ctx, input)
+            output = to_output_json(await wf.fn(ctx, input), run_id)
+            wf.validate_output(output)  # a run whose output broke its schema failed so
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):
@@ -313,18 +315,42 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
         if log.status == "cancelled":
             return RunResult(run_id=run_id, status="cancelled", workflow_id=wf.id)
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
-    except Exception:
-        if log.status == "cancelled":
-            return RunResult(run_id=run_id, status="cancelled", output=None, workflow_id=wf.id)
-        return RunResult(run_id=run_id, status="failed", output=None, workflow_id=wf.id)
-    return RunResult(run_id=run_id, status="completed", output=to_output_json(output, run_id),
-                     workflow_id=wf.id)
+    except Exception as e:
+        return _replay_failure(world, log, wf, e)
+    if log.status == "failed":
+        raise ReplayDivergenceError(run_id, "", f"the log says the run {_logged_end(world, log)}, "
+                                    "but the code completed")
+    return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+
+
+def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],
+                    e: Exception) -> RunResult[Any]:
+    """The code raised `e` on replay: that is the run's outcome only where the log says the
+    run failed with an error of the same type; anywhere else — a completed run, an
+    unfinished one, another error — the code no longer fits the log."""
+    error = stored_value(world, log.error) if log.status == "failed" else None
+    if isinstance(error, dict) and error.get("type") == type(e).__name__:
+        return RunResult(run_id=log.run_id, status="failed", workflow_id=wf.id)
+    raise ReplayDivergenceError(
+        log.run_id, "", f"the log says the run {_logged_end(world, log)}, but the code raised "
+        f"{type(e).__name__}: {e}") from e
+
+
+def _logged_end(world: Any, log: RunLog) -> str:
+    if log.status == "failed":
+        error = stored_value(world, log.error)
+        return "failed with " + (failure_text(log.run_id, error) if isinstance(error, dict)
+                                 else "no recorded error")
+    return {"completed": "completed", "cancelled": "was cancelled"}.get(
+        log.status, f"is {log.status} (not finished)")
 
 
 def replay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     """Re-execute `wf` against the run's log, calling no step. Raises
     `ReplayDivergenceError` when the code asks for steps the log does not hold, or in
-    another order — the way to check a code change against old runs."""
+    another order, or ends another way than the log says (raises where the run completed
+    or is unfinished, fails with another error type, completes where the run failed) —
+    the way to check a code change against old runs."""
     return run_sync(lambda: areplay_run(world, run_id, wf))
 
 
