@@ -45,6 +45,12 @@ def stored_value(world: Any, value: Any, ref: str | None = None) -> Any:
     return read_back(world, value, ref)
 
 
+def output_json(wf: Any, value: Any) -> Any:
+    from .runtime.values import output_json as encode
+
+    return encode(wf, value)
+
+
 class UserError(click.ClickException):
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.message}", err=True)
@@ -178,11 +184,13 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
     if before == "completed":
         click.echo(f"run {run_id} had already completed: this is its stored result "
                    "(nothing ran)", err=True)
+    # The output is what the workflow's return annotation types (DESIGN §16): shown as JSON.
+    output = output_json(wf, result.output)
     if as_json:
-        _dump(result.to_json_dict())
+        _dump(result.model_copy(update={"output": output}).to_json_dict())
     else:
         click.echo(f"{result.run_id} {result.status}")
-        click.echo(json.dumps(result.output, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(output, indent=2, ensure_ascii=False))
 
 
 @cli.command()

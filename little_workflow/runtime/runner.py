@@ -29,7 +29,6 @@ from ..errors import (
     WorkflowMismatchError,
     failure_text,
 )
-from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
 from .active_index import mark_active
@@ -37,7 +36,7 @@ from .context import INLINE_OUTPUT_LIMIT, RunContext, running
 from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
-from .values import stored_value
+from .values import decode_input, decode_output, encode_input, encode_output, stored_value
 from .waiting import (
     RunSuspended,
     RunWatch,
@@ -101,15 +100,10 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
-    """The run input as plain JSON, validated against the workflow's input schema."""
+    """The run input as plain JSON — encoded by the annotation of the workflow's `input`
+    (DESIGN §16) — validated against the workflow's input schema."""
     try:
-        from pydantic import BaseModel
-
-        if isinstance(input, BaseModel):
-            input = input.model_dump(mode="json")
-        frozen = frozen_json(input, "input")
-    except TypeError as e:
-        raise SchemaValidationError(f"input of run {run_id}", f"not JSON ({e})") from None
+        frozen = encode_input(wf, input, run_id)
     except RecursionError:
         raise SchemaValidationError(f"input of run {run_id}", "nested too deeply") from None
     value = thaw(frozen)
@@ -202,7 +196,9 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     ctx.watch = RunWatch(ctx).start()
     try:
         with running(ctx):
-            output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
+            returned = await wf.fn(ctx, decode_input(wf, input, run_id))
+            output, typed_output = encode_output(wf, returned, run_id)
+            output = thaw(output)
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
@@ -229,7 +225,7 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     else:
         payload["output"] = output
     await ctx.append("run.completed", payload)
-    return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+    return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
 
 
 TRACEBACK_FRAMES = 50  # the innermost ones, per exception of the chain
@@ -270,14 +266,8 @@ async def create_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_
     await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
 
 
-def to_output_json(value: Any, run_id: str) -> Any:
-    from .values import to_json_value
-
-    return thaw(to_json_value(value, run_id, "(workflow output)"))
-
-
 def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
-    output = stored_value(world, log.output, log.output_ref)
+    output = decode_output(wf, stored_value(world, log.output, log.output_ref), log.run_id)
     created = log.created or {}
     return RunResult(
         run_id=log.run_id, status=log.status, output=output,
@@ -303,8 +293,9 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
                      mode="replay", run_child=arun_single)
     try:
         with running(ctx):
-            output = to_output_json(await wf.fn(ctx, input), run_id)
-            wf.validate_output(output)  # a run whose output broke its schema failed so
+            returned = await wf.fn(ctx, decode_input(wf, input, run_id))
+            output, typed_output = encode_output(wf, returned, run_id)
+            wf.validate_output(thaw(output))  # a run whose output broke its schema failed so
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):
@@ -320,7 +311,7 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
     if log.status == "failed":
         raise ReplayDivergenceError(run_id, "", f"the log says the run {_logged_end(world, log)}, "
                                     "but the code completed")
-    return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+    return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
 
 
 def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],
