@@ -16,9 +16,12 @@ class WorldPathError(LittleWorkflowError, ValueError):
 class IdempotencyConflictError(LittleWorkflowError):
     """An idempotency key was reused with a different request."""
 
-    def __init__(self, run_id: str, key: str, existing_digest: str, new_digest: str):
+    def __init__(self, run_id: str, key: str, existing_digest: str, new_digest: str, *,
+                 sequence: int | None = None):
         self.run_id, self.key = run_id, key
         self.existing_digest, self.new_digest = existing_digest, new_digest
+        #: The sequence of the event first appended with this key, where known.
+        self.sequence = sequence
         super().__init__(
             f"run {run_id}: idempotency key {key!r} was first used for request "
             f"{existing_digest}, now for {new_digest}; use a new key for a new request"

@@ -24,11 +24,14 @@ from typing import (
 
 from ..errors import (
     FatalError,
+    IdempotencyConflictError,
+    LeaseLostError,
     ReplayDivergenceError,
     StepError,
     StepFailedError,
     StepTimeoutError,
 )
+from ..world import incarnations
 from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
 from ..world.models import Event
@@ -99,6 +102,12 @@ class RunContext:
 
     suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
     watch: Any = None  # waiting.RunWatch while this process executes the run
+    #: This execution's `start` (DESIGN §15), stamped on every record it appends; None
+    #: before its `run.started` (and in replay).
+    incarnation: int | None = None
+    started_sequence = 0  # the sequence of this execution's run.started
+    #: Why this execution must stop: another one started after it (read from the log).
+    superseded: str | None = None
 
     def __init__(
         self,
@@ -141,12 +150,54 @@ class RunContext:
 
     # ---- appends --------------------------------------------------------------------
 
+    def begin_execution(self, started: Event) -> None:
+        """`started` is this execution's `run.started`: from now on every record carries
+        its incarnation, and another execution's start ends this one."""
+        self.incarnation = int(started.payload["start"])
+        self.started_sequence = started.sequence
+
+    def check_fence(self) -> None:
+        """LeaseLostError once another execution of the run started after this one."""
+        if self.superseded is not None:
+            raise LeaseLostError(self.run_id, self.superseded)
+
+    def _stamped(self, payload: Any) -> Any:
+        if self.incarnation is None:
+            return payload
+        if self.superseded is not None:
+            self.check_fence()  # a superseded execution appends nothing more
+        if isinstance(payload, dict):
+            return {**payload, incarnations.INCARNATION: self.incarnation}
+        return payload
+
+    def _as_first_written(self, conflict: IdempotencyConflictError, payload: Any) -> Any:
+        """A keyed record written again by a later execution (a memory write in the body,
+        a restarted harness call, a sub-run entered again) differs from the first only by
+        its incarnation: the payload as that execution stamped it, so the World answers
+        with the first record. None when the records really differ."""
+        if self.incarnation is None or conflict.sequence is None or not isinstance(payload, dict):
+            return None
+        earlier = self.world.read_event(self.run_id, conflict.sequence)
+        first = earlier.payload.get(incarnations.INCARNATION) \
+            if isinstance(earlier.payload, dict) else None
+        if first == self.incarnation:
+            return None
+        return dict(payload) if first is None else {**payload, incarnations.INCARNATION: first}
+
     def append_sync(
         self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
     ) -> Event:
-        event = self.world.append_event(
-            self.run_id, type_, payload, idempotency_key=idempotency_key, durable=durable
-        )
+        stamped = self._stamped(payload)
+        try:
+            event = self.world.append_event(
+                self.run_id, type_, stamped, idempotency_key=idempotency_key, durable=durable
+            )
+        except IdempotencyConflictError as e:
+            first = self._as_first_written(e, payload)
+            if first is None:
+                raise
+            event = self.world.append_event(
+                self.run_id, type_, first, idempotency_key=idempotency_key, durable=durable)
         self._fold_own(event)
         if type_ in TERMINAL_EVENTS:
             mark_finished(self.world, self.run_id)  # after the terminal event
@@ -170,9 +221,17 @@ class RunContext:
                                     durable=durable)
         # In a parallel group: hand the event to the store, let the sibling tasks hand
         # theirs too, then wait — appends that arrive together share one commit.
-        pending = self.world.submit_event(
-            self.run_id, type_, payload, idempotency_key=idempotency_key, durable=durable
-        )
+        stamped = self._stamped(payload)
+        try:
+            pending = self.world.submit_event(
+                self.run_id, type_, stamped, idempotency_key=idempotency_key, durable=durable
+            )
+        except IdempotencyConflictError as e:
+            first = self._as_first_written(e, payload)
+            if first is None:
+                raise
+            pending = self.world.submit_event(
+                self.run_id, type_, first, idempotency_key=idempotency_key, durable=durable)
         try:
             if not pending.done:
                 await asyncio.sleep(0)
@@ -204,6 +263,11 @@ class RunContext:
         events = self.world.list_events(self.run_id, after=self.log.last_sequence)
         for e in events:
             self.log.apply(e)
+            if self.incarnation is not None and self.superseded is None \
+                    and incarnations.started_elsewhere(self.started_sequence, e):
+                self.superseded = (
+                    f"execution {e.payload.get('start')} of this run started at sequence "
+                    f"{e.sequence}, after this one ({self.incarnation}), which stops")
         return events
 
     def fold_new_events(self) -> list[Event]:

@@ -11,11 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..errors import ReplayDivergenceError, StepFailedError, UnknownWorkflowError
+from ..errors import (
+    ClockStalledError,
+    LeaseLostError,
+    ReplayDivergenceError,
+    RunLockedError,
+    StepFailedError,
+    StorageError,
+    UnknownWorkflowError,
+)
 from ..world.ids import canonical_json, sha256_hex
 from .steps import error_record
 from .values import decode_output, encode_input, output_json, stored_value
 from .workflow import Workflow
+
+#: What a sub-run raises when it could not run now, not because it failed.
+NOT_A_FAILURE = (RunLockedError, LeaseLostError, StorageError, ClockStalledError)
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,10 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
         result = await ctx.run_child(member, input, world=ctx.world,
                                      run_id=sub_run_id, pipeline=pipeline,
                                      parent_run_id=ctx.run_id)
+    except NOT_A_FAILURE:
+        # The sub-run did not fail: another process executes it, this process lost it, or
+        # the storage failed. Nothing is recorded; the orchestrator stays resumable.
+        raise
     except Exception as e:
         await ctx.append("harness.tool_call.failed", {**base, "error": error_record(e)})
         raise StepFailedError(ctx.run_id, call_path, error_record(e)) from e

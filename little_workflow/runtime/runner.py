@@ -23,6 +23,7 @@ from ..errors import (
     ReplayDivergenceError,
     RunCancelledError,
     RunFinishedError,
+    RunLockedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
@@ -43,6 +44,7 @@ from .waiting import (
     cancelled_on_entry,
     finish_if_cancelled,
     requested_reason,
+    stop_if_superseded,
 )
 from .workflow import Workflow
 
@@ -192,7 +194,7 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
         await create_run(ctx, wf, input, input_hash,
                          {"parentRunId": parent_run_id} if parent_run_id else None)
     await cancelled_on_entry(ctx)
-    await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
+    ctx.begin_execution(await ctx.append("run.started", {"start": log.starts + 1}, durable=False))
     ctx.watch = RunWatch(ctx).start()
     try:
         with running(ctx):
@@ -202,10 +204,14 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
+        stop_if_superseded(ctx)  # raises LeaseLostError when another execution started
         await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
         raise  # not a failure of the run: it stays unfinished and resumable
-    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError):
-        raise  # not a failure of the run: it stays unfinished and resumable
+    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError,
+            RunLockedError):
+        # Not a failure of the run: it stays unfinished and resumable. (RunLockedError:
+        # a sub-run another process executes.)
+        raise
     except Exception as e:
         await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
         failure = failure_payload(e)

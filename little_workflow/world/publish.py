@@ -81,6 +81,12 @@ class Publisher(ABC):
         """Make every earlier non-durable publication durable (default: nothing to do)."""
         return None
 
+    def cross_process_locks(self, root: str) -> Any:
+        """The run locks (and outer-loop fences) of a World rooted at `root` across
+        processes, or None where this backend has none: run locks then hold within the
+        process only (the README's backend tables say which have them)."""
+        return None
+
     def list_names(self, path: str) -> list[str]:
         """Names (not paths) directly under `path`, temp names excluded, sorted."""
         try:
@@ -196,6 +202,15 @@ class LocalPublisher(Publisher):
             with self._unsynced_lock:
                 self._unsynced_dirs.add(directory)
         return True
+
+    def cross_process_locks(self, root: str) -> Any:
+        """Kernel locks on `<root>/locks/` (kernel_locks.py) — on the real disk only, not
+        under a model of one (the power-cut layer of the tests)."""
+        if self.posix is not REAL_POSIX:
+            return None
+        from .kernel_locks import KernelLocks
+
+        return KernelLocks(os.path.join(os.path.normpath(root), "locks"))
 
     def sync(self) -> None:
         with self._unsynced_lock:
@@ -431,6 +446,10 @@ class DelegatingPublisher(Publisher):
         if callable(getattr(self.fs, "sync", None)):
             self.fs.sync()
 
+    def cross_process_locks(self, root: str) -> Any:
+        locks = getattr(self.fs, "cross_process_locks", None)
+        return locks(root) if callable(locks) else None
+
 
 class PrefixedPublisher(Publisher):
     """fsspec DirFileSystem: the inner filesystem's publisher on joined paths."""
@@ -472,6 +491,9 @@ class PrefixedPublisher(Publisher):
 
     def sync(self) -> None:
         self.inner.sync()
+
+    def cross_process_locks(self, root: str) -> Any:
+        return self.inner.cross_process_locks(self._join(root))
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
         return self.inner.remove(self._join(path), durable=durable)

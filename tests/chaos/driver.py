@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from chaos import history
 from chaos.flows import LEDGER_ENV, STEP_SECONDS_ENV, WAIT_RESULT_STEPS, WORKER_TARGETS
+from chaos.unfenced import UNFENCED_ENV
 from little_workflow.world.ids import run_lock_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,6 +84,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               lock_docs: Callable[[], dict[str, dict[str, Any]]] | None = None,
               link_env: Callable[[int], dict[str, str]] | None = None,
               workers: tuple[str, ...] = ("worker0", "worker1"),
+              unfenced: str | None = None, step_seconds: float = 0.03,
               open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage.
@@ -93,15 +95,19 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     resumed as soon as another process has taken over one of the locks it held — the
     moment a holder that lost its lease may still get a write through (DESIGN §13).
     `links`: process name -> the `SlowLink` it reaches the store through (`link_env(port)`
-    is the environment that points it there; by default S3's `FSSPEC_S3_ENDPOINT_URL`); a worker holding a lease is then also slowed down now and
-    then: what it sends is held until another worker has taken one of its locks over (at
-    most `slow_seconds`), then let through."""
+    is the environment that points it there; by default S3's `FSSPEC_S3_ENDPOINT_URL`); a
+    worker holding a lease is then also slowed down now and then: what it sends is held until another worker has taken one of its locks over (at
+    most `slow_seconds`), then let through.
+
+    `unfenced` (`locks` or `locks,fence`): every process of the chaos (not the drain) runs
+    with those protections of DESIGN §15 taken away (`chaos.unfenced`) — the test of the
+    test."""
     rng = random.Random(seed)
     os.makedirs(workdir, exist_ok=True)
     ledger = os.path.join(workdir, "ledger.jsonl")
     env = {**os.environ, **(extra_env or {}),
            "PYTHONPATH": os.pathsep.join([ROOT, TESTS]),
-           LEDGER_ENV: ledger, STEP_SECONDS_ENV: "0.03", "LW_CHAOS_PACE": str(pace)}
+           LEDGER_ENV: ledger, STEP_SECONDS_ENV: str(step_seconds), "LW_CHAOS_PACE": str(pace)}
     for link in (links or {}).values():
         link.peers = [other for other in links.values() if other is not link]
     started = time.time()
@@ -109,6 +115,9 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     procs: dict[str, Proc] = {}
     pids: dict[int, str] = {}  # every process started -> its role
     restarts = 0
+
+    if unfenced:
+        env[UNFENCED_ENV] = unfenced
 
     def actor_argv(role: str, until: float = 0.0) -> list[str]:
         return [sys.executable, "-m", "chaos.actors", role, spec,
@@ -120,6 +129,9 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                              *world_args(spec)]
         else:
             argv = actor_argv(name)
+        if unfenced:
+            argv = [sys.executable, "-m", "chaos.unfenced",
+                    "little" if name.startswith("worker") else "actor", *argv[3:]]
         own_env = env
         if links and name in links:
             own_env = {**env, **(link_env or s3_link_env)(links[name].port)}
@@ -214,8 +226,9 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
             p.kill()
     chaos_seconds = time.time() - chaos_started
 
+    drain_env = {k: v for k, v in env.items() if k != UNFENCED_ENV}
     drain = subprocess.run(actor_argv("drain", time.time() + drain_seconds),
-                           env=env, cwd=ROOT, capture_output=True, text=True)
+                           env=drain_env, cwd=ROOT, capture_output=True, text=True)
     drain_text = drain.stdout + drain.stderr
     with open(os.path.join(workdir, "drain.log"), "w") as f:
         f.write(drain_text)
