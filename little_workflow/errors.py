@@ -328,6 +328,16 @@ class StorageUnreachableError(StorageError):
     """No answer came back from a remote store (endpoint, network, DNS)."""
 
 
+class CatalogueNotBuiltError(StorageError):
+    """A World written before the run catalogue existed, opened read-only: its catalogue
+    is built the first time it is opened for writing (or by `little verify --repair`)."""
+
+    def __init__(self, path: str):
+        super().__init__(path, "its run catalogue was never built (a World written by an "
+                         "older version)", "open it once for writing, or run `little verify "
+                         "--repair`, to build it")
+
+
 class CatalogueQueryError(LittleWorkflowError, ValueError):
     """`list_runs` was asked something it cannot answer: an unknown status, a limit below
     1, a cursor it did not hand out, a naive datetime."""

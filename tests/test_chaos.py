@@ -9,8 +9,8 @@ the external step ledger; on the leased stores also every log against its lease
 the kernel locks of local files away (and the log fence too): the checker and `little
 verify` must then catch two executors of one run.
 
-`LW_CHAOS_SECONDS` (default 40) is the chaos time, split over the backends (S3 and Azure
-half each);
+`LW_CHAOS_SECONDS` (default 24; 40 under LW_SOAK=1) is the chaos time, split over the
+backends (S3 and Azure half each);
 `LW_CHAOS_SEED` reproduces a run's schedule of kills, pauses and actions (the report of
 a failure prints it); `LW_CHAOS_WORKDIR` keeps the process logs; `LW_CHAOS_ROLES`
 (e.g. `starter,sender`) runs only those actors besides the workers, a focused run. The first tests prove
@@ -39,7 +39,7 @@ from soak import soak_size
 
 import little_workflow as lw
 
-SECONDS = float(os.environ.get("LW_CHAOS_SECONDS", "40"))
+SECONDS = soak_size("LW_CHAOS_SECONDS", short=24.0, full=40.0)
 SEED = int(os.environ.get("LW_CHAOS_SEED") or int(time.time()) % 100_000)
 LEASE = 1.5
 #: A focused run: only these actors besides the two workers (e.g. `starter,sender`).
@@ -284,8 +284,8 @@ def test_a_run_started_more_often_than_its_lease_was_taken():
 
 def chaos_on(kind: str, tmp_path: Any, request: Any = None) -> Any:
     # The object stores get half the time: every append is a few HTTP requests, and the
-    # failover they are there for needs a worker paused past its lease mid-run (10 s on
-    # Azurite left the workers too little to do under load: 3 incarnations).
+    # failover they are there for needs a worker paused past its lease mid-run (a
+    # quarter of 40 s on Azurite left the workers too little to do under load).
     seconds = SECONDS / 2 if kind in ("s3", "azure") else SECONDS / 4
     # LW_CHAOS_WORKDIR keeps the process logs and the ledger past pytest's tmp cleanup.
     keep = os.environ.get("LW_CHAOS_WORKDIR")

@@ -30,6 +30,9 @@ class WorkerReport:
                  emit: Callable[[str], None]):
         self.world, self.as_json, self.say, self.emit = world, as_json, say, emit
         self.counts = dict.fromkeys(("started", *OUTCOMES), 0)
+        #: Each run's latest outcome here: a run resumed twice (a sleep, then a wait) is
+        #: one run in the summary, counted by how it ended last.
+        self.outcomes: dict[str, str] = {}
         self.in_flight: dict[str, float] = {}  # run id -> when it started here
         self.workflow_ids: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -68,6 +71,8 @@ class WorkerReport:
         workflow_id = self._workflow_id(run_id)
         with self._lock:
             self.counts[event] += 1
+            if event != "started" or run_id not in self.outcomes:
+                self.outcomes[run_id] = event
             now = time.monotonic()
             began = self.in_flight.pop(run_id, None) if event != "started" else None
             if event == "started":
@@ -96,9 +101,12 @@ class WorkerReport:
             self.say(text)
 
     def summary(self) -> str:
-        c = self.counts
-        ends = [f"{c[o]} {o}" for o in OUTCOMES if c[o]]
-        return f"worker stopped: {plural(c['started'], 'run')} started" + (
+        ended = list(self.outcomes.values())
+        ends = [f"{ended.count(o)} {o}" for o in OUTCOMES if ended.count(o)]
+        in_flight = ended.count("started")
+        if in_flight:
+            ends.append(f"{in_flight} unfinished")
+        return f"worker stopped: {plural(len(self.outcomes), 'run')} started" + (
             ": " + ", ".join(ends) if ends else "")
 
     def run(self, worker: Any, *, until_idle: bool) -> int:

@@ -57,6 +57,25 @@ def _cut_sequence(log: RunLog, source: str, from_step: str | None) -> tuple[int,
     raise ForkPointError(source, from_step, f"no step {from_step!r} in this run", list(points))
 
 
+def finished_siblings(log: RunLog, step_path: str) -> tuple[str, ...]:
+    """The other children of a parallel group that succeeded, when `step_path` is one of
+    its children (`square/2` in `square`): a fork from one child keeps them whole, even
+    those that finished after it started, so only that child (and what the log had not
+    finished) runs again."""
+    group, _, _ = step_path.rpartition("/")
+    if not group or group in log.steps:  # not a child of a group
+        return ()
+    return tuple(path for path, rec in log.steps.items()
+                 if path != step_path and path.rpartition("/")[0] == group
+                 and rec.status == "succeeded")
+
+
+def _belongs_to(event: Any, step_paths: tuple[str, ...]) -> bool:
+    path = event.payload.get("stepPath") if isinstance(event.payload, dict) else None
+    return isinstance(path, str) and any(path == p or path.startswith(p + "/")
+                                         for p in step_paths)
+
+
 class _Republisher:
     """Copies the source's artifacts under the fork, each once."""
 
@@ -125,10 +144,11 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
         # A sub-run unfinished at the cut belongs to the source: the fork starts its own.
         finished_calls = {e.payload.get("callPath") for e in events
                           if e.sequence < cut and e.type == "harness.tool_call.succeeded"}
+        kept_siblings = finished_siblings(log, step_path)
         for e in events:
-            if e.sequence >= cut:
-                break
             if not e.type.startswith(COPIED_PREFIXES):
+                continue
+            if e.sequence >= cut and not _belongs_to(e, kept_siblings):
                 continue
             call_path = e.payload.get("callPath") if isinstance(e.payload, dict) else None
             if e.type.startswith("harness.tool_call.") and call_path is not None \

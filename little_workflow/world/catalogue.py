@@ -384,6 +384,15 @@ class SqliteCatalogue:
         return True
 
     @staticmethod
+    def needs_build(conn: Any) -> bool:
+        """`create_schema`'s answer without writing (a World opened read-only)."""
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                        "name = 'catalogue_meta'").fetchone() is not None and conn.execute(
+                "SELECT 1 FROM catalogue_meta WHERE name = 'built'").fetchone() is not None:
+            return False
+        return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None
+
+    @staticmethod
     def write_pending(conn: Any, tracker: "SummaryTracker", run_ids: Iterable[str]) -> None:
         """Inside the transaction that inserted the events: write the summaries of runs
         whose status changed — one read and one write per run."""
