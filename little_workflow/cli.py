@@ -270,7 +270,7 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
     table = [[r["runId"], r["status"] + (" (no live holder)" if r.get("noLiveHolder") else ""),
               r["workflowId"] or "-", format_started(r["startedAt"]),
               format_duration(r["durationSeconds"]), str(r["steps"]),
-              _waits_for(r.get("waiting"))] for r in rows]
+              _waits_for(r.get("waiting"), r.get("needsVersion"))] for r in rows]
     if any(r.get("error") for r in rows):  # what a failed run failed with, in short
         header.append("error")
         for line, r in zip(table, rows, strict=True):
@@ -319,7 +319,9 @@ def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
         return lw.run_workflow(wf, value, world=lw.tracing_world(world, progress), run_id=run_id)
 
 
-def _waits_for(waiting: dict[str, Any] | None) -> str:
+def _waits_for(waiting: dict[str, Any] | None, needs_version: str | None = None) -> str:
+    if needs_version:  # what it waits for first: code of its version (DESIGN §15)
+        return f"code of version {needs_version} (a resume was refused)"
     if not waiting:
         return ""
     if waiting.get("kind") == "sleep":

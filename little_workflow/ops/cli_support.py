@@ -251,7 +251,7 @@ def run_row(summary: Any) -> dict[str, Any]:
     return {"runId": summary.run_id, "workflowId": summary.workflow_id, "status": summary.status,
             "startedAt": doc["createdAt"], "durationSeconds": duration, "steps": summary.steps,
             "updatedAt": doc["updatedAt"], "waiting": summary.waiting, "error": summary.error,
-            "parentRunId": summary.parent_run_id}
+            "parentRunId": summary.parent_run_id, "needsVersion": summary.needs_version}
 
 
 def has_no_live_holder(world: Any, run_id: str) -> bool:

@@ -20,7 +20,7 @@ from .state import RunLog
 
 #: Records of a workflow's history a fork copies (run.* events are the fork's own).
 COPIED_PREFIXES = ("step.", "timer.", "wait.", "signal.", "value.", "memory.", "plan.",
-                   "harness.")
+                   "patch.", "harness.")
 
 
 def fork_points(log: RunLog) -> dict[str, int]:
@@ -134,7 +134,9 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
     with world.run_lock(fork_id):
         if world.list_events(fork_id):
             raise WorldPathError(f"run id {fork_id} is already used; pick another new_run_id")
-        created = {k: thaw(v) for k, v in log.created.items() if k != "forkedFrom"}
+        # No `version`: a fork runs the code it is given, and its first run pins it.
+        created = {k: thaw(v) for k, v in log.created.items()
+                   if k not in ("forkedFrom", "version")}
         created["forkedFrom"] = {"runId": run_id, "stepPath": step_path}
         copied_refs = _Republisher(world, run_id, fork_id)
         created = _republish(world, created, fork_id, copied_refs)
