@@ -56,6 +56,7 @@ from .steps import (
     set_current,
 )
 from .values import decode_stored, encode_step_output, stored_value
+from .waiting import announce
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -207,6 +208,7 @@ class RunContext:
         self._fold_own(event)
         if type_ in TERMINAL_EVENTS:
             mark_finished(self.world, self.run_id)  # after the terminal event
+            announce(self.world, self.run_id)  # handles waiting for the result, stream readers
         return event
 
     async def append(
