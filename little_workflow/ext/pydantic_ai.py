@@ -80,8 +80,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from ..errors import StepFailedError
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
+from .pydantic_ai_streams import StreamRouting, aagent_events, agent_events
 
-__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "wait_for_approvals"]
+__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "aagent_events", "agent_events",
+           "wait_for_approvals"]
 
 #: The first segment of every step path the capability makes.
 STEP_PREFIX = "pydantic-ai"
@@ -221,7 +223,7 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | No
         return f"{base}/{run.run_step}/{operation}"
 
 
-class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
+class LittleWorkflowDurability(StreamRouting, BaseDurabilityCapability[AgentDepsT]):
     """Makes an agent's model requests and tool calls durable steps of the enclosing
     little-workflow run; transparent outside one.
 
@@ -234,6 +236,12 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         model_retry / tool_retry: an `lw.Retry` for model-request and tool-call steps.
             Default: no step-level retry (the model client retries requests itself, and a
             tool that wants another try raises `ModelRetry`, which is a result, not an error).
+        stream: the key of a run stream the agent's events go to as they happen (text and
+            tool-call deltas, tool calls and results, the run's result): read them with
+            `agent_events(world, run_id, key)` from any process (pydantic_ai_streams.py).
+
+    Streamed requests (`run_stream`, `iter`, `run_stream_events`) deliver the model's deltas
+    inside a durable run as outside one (pydantic_ai_streams.py).
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -260,8 +268,10 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         name: str | None = None,
         model_retry: Retry | None = None,
         tool_retry: Retry | None = None,
+        stream: str | None = None,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
+        self.run_stream_key = stream
         self._model_retry = model_retry
         self._tool_retry = tool_retry
 

@@ -1,0 +1,213 @@
+"""An agent's stream events inside a durable run (ext/pydantic_ai_streams.py): streamed
+requests deliver the model's deltas there as outside a run, and
+`LittleWorkflowDurability(stream=KEY)` sends the events out through the run's durable
+stream. The first three are the peer scenarios (pydantic-ai's durable-exec suite: run_stream,
+an event_stream_handler, run_stream_events inside a workflow) that deliver whole parts
+instead of deltas under DBOS, and did here before this module."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    FunctionToolCallEvent,
+    FunctionToolResultEvent,
+    ModelResponse,
+    PartDeltaEvent,
+    TextPart,
+    TextPartDelta,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel  # noqa: E402
+from pydantic_ai.run import AgentRunResultEvent  # noqa: E402
+
+import little_workflow as lw  # noqa: E402
+from little_workflow.ext.pydantic_ai import LittleWorkflowDurability, agent_events  # noqa: E402
+
+CHUNKS = ["sunny", " in", " Paris", " and", " Oslo"]
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.model = 0
+        self.tools: list[str] = []
+        self.after_first_chunk: Any = None  # awaited while the answer is half streamed
+
+
+def chunky_agent(calls: Calls, name: str, **capability: Any) -> Agent:
+    """Asks for the weather of two cities, then answers in five text deltas."""
+
+    def answered(messages: list) -> bool:
+        return any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        calls.model += 1
+        if answered(messages):
+            return ModelResponse(parts=[TextPart("".join(CHUNKS))])
+        return ModelResponse(parts=[ToolCallPart("weather", {"city": "Paris"}, tool_call_id="c1"),
+                                    ToolCallPart("weather", {"city": "Oslo"}, tool_call_id="c2")])
+
+    async def stream_fn(messages: list, info: AgentInfo) -> Any:
+        calls.model += 1
+        if answered(messages):
+            for i, chunk in enumerate(CHUNKS):
+                yield chunk
+                if i == 0 and calls.after_first_chunk is not None:
+                    await calls.after_first_chunk()
+            return
+        for i, city in enumerate(["Paris", "Oslo"]):
+            yield {i: DeltaToolCall(name="weather", json_args=json.dumps({"city": city}),
+                                    tool_call_id=f"c{i + 1}")}
+
+    agent = Agent(FunctionModel(model_fn, stream_function=stream_fn), name=name,
+                  capabilities=[LittleWorkflowDurability(**capability)])
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        calls.tools.append(city)
+        return f"sunny in {city}"
+
+    return agent
+
+
+def text_deltas(events: list[Any]) -> list[str]:
+    return [e.delta.content_delta for e in events
+            if isinstance(e, PartDeltaEvent) and isinstance(e.delta, TextPartDelta)]
+
+
+def test_run_stream_text_deltas_inside_a_durable_run_are_those_outside(lw_world: Any) -> None:
+    calls = Calls()
+    agent = chunky_agent(calls, "deltas")
+
+    async def deltas(q: str) -> list[str]:
+        async with agent.run_stream(q) as run:
+            return [d async for d in run.stream_text(delta=True, debounce_by=None)]
+
+    outside = asyncio.run(deltas("weather?"))
+
+    @lw.workflow(id="deltas")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"deltas": await deltas(input["q"])}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_sd1")
+    assert outside[0] != "".join(CHUNKS) and "".join(outside) == "".join(CHUNKS)
+    assert res.output == {"deltas": outside}
+    before = calls.model
+    # Replayed from the log: the same deltas, and no model call.
+    assert lw.replay_run(lw_world, "run_sd1", wf).output == res.output
+    assert lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_sd1").output == res.output
+    assert calls.model == before
+
+
+def test_an_event_stream_handler_inside_a_durable_run_sees_the_deltas(lw_world: Any) -> None:
+    calls = Calls()
+    seen: list[Any] = []
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for event in events:
+            seen.append(event)
+
+    agent = chunky_agent(calls, "handled", event_stream_handler=handler)
+
+    asyncio.run(agent.run("weather?"))
+    outside = [type(e).__name__ for e in seen]
+    outside_text = text_deltas(seen)
+    seen.clear()
+
+    @lw.workflow(id="handled")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run(input["q"])).output}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_sh1")
+    assert res.output == {"output": "".join(CHUNKS)}
+    assert len(outside_text) == len(CHUNKS) - 1 and "".join(outside_text) in "".join(CHUNKS)
+    assert text_deltas(seen) == outside_text
+    assert [type(e).__name__ for e in seen] == outside
+
+
+def test_run_stream_events_inside_a_durable_run_are_those_outside(lw_world: Any) -> None:
+    calls = Calls()
+    agent = chunky_agent(calls, "eventer")
+
+    async def events(q: str) -> list[Any]:
+        async with agent.run_stream_events(q) as stream:
+            return [e async for e in stream]
+
+    outside = asyncio.run(events("weather?"))
+
+    @lw.workflow(id="eventer")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        got = await events(input["q"])
+        return {"kinds": [type(e).__name__ for e in got], "text": text_deltas(got)}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_se1")
+    assert res.output == {"kinds": [type(e).__name__ for e in outside],
+                          "text": text_deltas(outside)}
+    assert len(res.output["text"]) == len(CHUNKS) - 1
+    assert lw.replay_run(lw_world, "run_se1", wf).output == res.output
+
+
+def test_the_agent_events_go_out_through_a_run_stream_as_they_happen(lw_world: Any) -> None:
+    calls = Calls()
+    agent = chunky_agent(calls, "router", stream="agent")
+    read: list[Any] = []
+    started: list[bool] = []
+    first_text = threading.Event()
+
+    def follow() -> None:
+        for event in agent_events(lw_world, "run_sr1", "agent"):
+            read.append(event)
+            if type(event).__name__ == "PartStartEvent" and isinstance(event.part, TextPart):
+                first_text.set()
+
+    async def reader_saw_the_first_chunk() -> None:
+        # The model goes on only once the reader got its first chunk: proof that events
+        # leave the run while the model request (its step) is still streaming.
+        assert await asyncio.to_thread(first_text.wait, 30)
+
+    calls.after_first_chunk = reader_saw_the_first_chunk
+    reading = threading.Thread(target=follow, daemon=True)
+
+    @lw.workflow(id="router")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        if not started:  # the run exists now: a follower from another thread
+            started.append(True)
+            reading.start()
+        return {"output": (await agent.run(input["q"])).output}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_sr1")
+    reading.join(30)
+    assert not reading.is_alive()  # ended with the run
+    assert res.output == {"output": "".join(CHUNKS)}
+    assert "".join(text_deltas(read)) in "".join(CHUNKS) and len(text_deltas(read)) == len(CHUNKS) - 1
+    calls_made = [e.part.args_as_dict()["city"] for e in read if isinstance(e, FunctionToolCallEvent)]
+    results = [e.part.content for e in read if isinstance(e, FunctionToolResultEvent)]
+    assert sorted(calls_made) == ["Oslo", "Paris"]
+    assert sorted(results) == ["sunny in Oslo", "sunny in Paris"]
+    assert isinstance(read[-1], AgentRunResultEvent) and read[-1].result.output == "".join(CHUNKS)
+    # Everything written from workflow code is written once: running the finished run's
+    # body again (a replay) or asking for it again appends nothing.
+    written = [e for e in lw_world.list_events("run_sr1") if e.type == "stream.written"]
+    assert lw.replay_run(lw_world, "run_sr1", wf).output == res.output
+    assert [e for e in lw_world.list_events("run_sr1") if e.type == "stream.written"] == written
+    assert list(agent_events(lw_world, "run_sr1", "agent", follow=False)) == read
+
+
+def test_without_a_stream_key_nothing_is_written(lw_world: Any) -> None:
+    agent = chunky_agent(Calls(), "quiet")
+
+    @lw.workflow(id="quiet")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run(input["q"])).output}
+
+    lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_q1")
+    assert not [e for e in lw_world.list_events("run_q1") if e.type.startswith("stream.")]
