@@ -74,6 +74,11 @@ class Publisher(ABC):
         """Make every earlier non-durable publication durable (default: nothing to do)."""
         return None
 
+    def make_durable(self, folder: str) -> None:
+        """Make the names in `folder` durable, whoever published them (another process's
+        non-durable events): default, nothing to do."""
+        return None
+
     def list_names(self, path: str) -> list[str]:
         """Names (not paths) directly under `path`, temp names excluded, sorted."""
         try:
@@ -198,6 +203,10 @@ class LocalPublisher(Publisher):
                 with self._unsynced_lock:  # not synced: still owed
                     self._unsynced_dirs.update(ordered[i:])
                 raise
+
+    def make_durable(self, folder: str) -> None:
+        # File contents are synced before their names appear: the folder's fsync is all.
+        self._fsync_dir_if_present(folder)
 
     def _fsync_dir_if_present(self, directory: str) -> None:
         try:
@@ -446,6 +455,9 @@ class PrefixedPublisher(Publisher):
 
     def sync(self) -> None:
         self.inner.sync()
+
+    def make_durable(self, folder: str) -> None:
+        self.inner.make_durable(self._join(folder))
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
         return self.inner.remove(self._join(path), durable=durable)
