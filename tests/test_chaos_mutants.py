@@ -19,12 +19,13 @@ from chaos.mutants import MUTANT_ENV
 import little_workflow as lw
 
 #: mutant -> (the rule that must fire, the actors besides the two workers that make it
-#: happen). Kept to the actors a mutant needs: every process costs seconds to start.
+#: happen, seconds of chaos a run gets by default). Kept to the actors a mutant needs:
+#: every process costs seconds to start.
 MUTANTS = {
-    "cancel-keeps-sub-runs": ("sub-run-not-cancelled", ("pipeliner", "canceller")),
-    "catalogue-ignores-completed": ("catalogue-status", ("starter",)),
-    "send-drops-idempotency-key": ("idempotency-repeated", ("starter", "sender")),
-    "signal-lost-before-timeout": ("signal-lost", ("pipeliner", "sender-deadline")),
+    "cancel-keeps-sub-runs": ("sub-run-not-cancelled", ("pipeliner", "canceller"), 6.0),
+    "catalogue-ignores-completed": ("catalogue-status", ("starter",), 4.0),
+    "send-drops-idempotency-key": ("idempotency-repeated", ("starter", "sender"), 6.0),
+    "signal-lost-before-timeout": ("signal-lost", ("pipeliner", "sender-deadline"), 10.0),
 }
 SEEDS = (4101, 4202, 4303, 4404, 4505, 4606)
 BUDGET_SECONDS = 60.0
@@ -41,7 +42,7 @@ def chaos_with(mutant: str, roles: tuple[str, ...], seed: int, seconds: float, t
 
 
 def catch(mutant: str, seeds: tuple[int, ...], seconds: float, tmp_path) -> tuple[bool, list]:
-    rule, roles = MUTANTS[mutant]
+    rule, roles, _ = MUTANTS[mutant]
     spent, seen = 0.0, []
     for seed in seeds:
         if spent + seconds > BUDGET_SECONDS:
@@ -56,11 +57,11 @@ def catch(mutant: str, seeds: tuple[int, ...], seconds: float, tmp_path) -> tupl
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_the_checker_catches_the_mutant(mutant, tmp_path):
-    rule = MUTANTS[mutant][0]
+    rule, _, seconds = MUTANTS[mutant]
     if SOAK:
         for seed in SEEDS:
             caught, seen = catch(mutant, (seed,), BUDGET_SECONDS, tmp_path)
             assert caught, f"{mutant}: seed {seed} did not break {rule} in 60 s: {seen}"
         return
-    caught, seen = catch(mutant, SEEDS, 10.0, tmp_path)
+    caught, seen = catch(mutant, SEEDS, seconds, tmp_path)
     assert caught, f"{mutant}: no seed of {SEEDS} broke {rule} within 60 s: {seen}"

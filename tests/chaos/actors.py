@@ -31,11 +31,10 @@ import uuid
 from typing import Any, Callable
 
 import little_workflow as lw
+from chaos import flows, mutants
 from little_workflow.runtime.active_index import active_run_ids
 from little_workflow.runtime.state import RunLog
 from little_workflow.world.clock import from_iso
-
-from chaos import flows, mutants
 
 CHAOS_IDS = [f"run_c{i:02d}" for i in range(14)]
 PIPE_IDS = [f"run_p{i:02d}" for i in range(4)]

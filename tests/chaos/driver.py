@@ -403,7 +403,7 @@ class MotoProcess:
                     break
             except OSError:
                 if time.time() > deadline or self.popen.poll() is not None:
-                    raise RuntimeError(f"moto did not start (see {workdir}/moto.log)")
+                    raise RuntimeError(f"moto did not start (see {workdir}/moto.log)") from None
                 time.sleep(0.1)
 
     def filesystem(self) -> Any:

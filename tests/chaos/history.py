@@ -248,7 +248,7 @@ def check_overlaps(by_step: dict[tuple[str, str, str], list[dict[str, Any]]]) ->
     out = []
     for (run_id, inc, path), recs in by_step.items():
         ordered = sorted(recs, key=lambda r: r["started"])
-        for a, b in zip(ordered, ordered[1:]):
+        for a, b in zip(ordered, ordered[1:], strict=False):
             if b["started"] < a["ended"] and a["pid"] != b["pid"]:
                 out.append(Violation("overlapping-attempts", run_id, (
                     f"step {path} (incarnation {inc}) ran in pid {a['pid']} and pid "
