@@ -15,7 +15,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from little_workflow.errors import StorageError
+from little_workflow.errors import (
+    StorageError,
+    StorageNotFoundError,
+    StoragePermissionError,
+    StorageUnreachableError,
+)
 from little_workflow.world.publish import Publisher, is_temp_name, register_publisher
 
 PROTOCOLS = ("abfs", "az", "abfss")
@@ -49,21 +54,51 @@ def already_exists(e: BaseException) -> bool:
 
 
 def storage_error(e: BaseException, path: str, doing: str) -> StorageError:
+    """A typed error naming the container and blob: no response is
+    `StorageUnreachableError`, refused credentials `StoragePermissionError`, a missing
+    container `StorageNotFoundError`; any other answer a plain `StorageError`."""
     where = f"az://{path}"
     container = path.partition("/")[0]
     found = azure_error(e)
     first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
     if found is None:
-        return StorageError(where, f"{doing} failed: {type(e).__name__}: {first_line}",
-                            "check the account URL and the network")
+        cls = StorageUnreachableError if isinstance(e, NO_ANSWER_ERRORS) else StorageError
+        return cls(where, f"{doing} failed: {type(e).__name__}: {first_line}",
+                   "check the account URL and the network")
     code, status = found
     if status in (401, 403) or "Authentication" in code or "Authorization" in code:
-        return StorageError(where, f"access denied while {doing} ({code or 'no code'}, HTTP {status}): "
-                            f"{first_line}", f"check the credentials for container {container!r}")
+        return StoragePermissionError(
+            where, f"access denied while {doing} ({code or 'no code'}, HTTP {status}): "
+            f"{first_line}", f"check the credentials for container {container!r}")
     if code == "ContainerNotFound":
-        return StorageError(where, f"container {container!r} does not exist (while {doing})",
-                            "create it or fix the world URL")
+        return StorageNotFoundError(where, f"container {container!r} does not exist (while {doing})",
+                                    "create it or fix the world URL")
     return StorageError(where, f"{doing} failed: {code} (HTTP {status}): {first_line}")
+
+
+def _store_error_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(what a failed request raises, the part of it that means no answer came back): the
+    SDK's errors, adlfs's OSErrors, aiohttp's. Anything else is a bug and stays as it is."""
+    failed: list[type[BaseException]] = [OSError, TimeoutError]
+    unanswered: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:
+        from azure.core.exceptions import AzureError, ServiceRequestError, ServiceResponseError
+
+        failed.append(AzureError)
+        unanswered += [ServiceRequestError, ServiceResponseError]
+    except ImportError:  # pragma: no cover - adlfs depends on azure-core
+        pass
+    try:
+        from aiohttp import ClientError as HttpClientError
+
+        failed.append(HttpClientError)
+        unanswered.append(HttpClientError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(failed), tuple(unanswered)
+
+
+STORE_ERRORS, NO_ANSWER_ERRORS = _store_error_types()
 
 
 def _transient(e: BaseException) -> bool:
@@ -87,7 +122,7 @@ class AzureBlobPublisher(Publisher):
                 return call()
             except (FileExistsError, FileNotFoundError):
                 raise
-            except Exception as e:
+            except STORE_ERRORS as e:
                 if _transient(e) and attempt + 1 < RETRIES:
                     time.sleep(0.05 * 2**attempt)
                     continue
@@ -122,6 +157,11 @@ class AzureBlobPublisher(Publisher):
 
     def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # blob names need no directories
+
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
+        # No folders to remove: a prefix is gone with its last blob. (adlfs's rmdir
+        # returns without a word for any path below the container, full or not.)
+        return False
 
     def list_names(self, path: str) -> list[str]:
         self.fs.invalidate_cache(path)  # adlfs caches listings per instance

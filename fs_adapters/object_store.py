@@ -23,7 +23,14 @@ import uuid
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from little_workflow.errors import LeaseLostError, RunLockedError, StorageError
+from little_workflow.errors import (
+    LeaseLostError,
+    RunLockedError,
+    StorageError,
+    StorageNotFoundError,
+    StoragePermissionError,
+    StorageUnreachableError,
+)
 from little_workflow.world.ids import utc_now_iso
 from little_workflow.world.publish import Publisher, is_temp_name
 
@@ -112,20 +119,25 @@ def no_such_key(e: BaseException) -> bool:
 
 
 def storage_error(e: BaseException, path: str, doing: str) -> StorageError:
-    """A typed error naming the bucket and key for any failure that is not a precondition."""
+    """A typed error naming the bucket and key for any failure that is not a precondition:
+    no response is `StorageUnreachableError`, refused credentials or policy
+    `StoragePermissionError`, a missing bucket `StorageNotFoundError`; any other answer a
+    plain `StorageError` with its code."""
     where = f"s3://{path}"
     bucket = path.partition("/")[0]
     found = s3_error_code(e)
     if found is None:
-        return StorageError(where, f"could not reach the object store while {doing}: "
-                            f"{type(e).__name__}: {e}", "check the endpoint and the network")
+        return StorageUnreachableError(
+            where, f"could not reach the object store while {doing}: {type(e).__name__}: {e}",
+            "check the endpoint and the network")
     code, status = found
     if code in AUTH_CODES or status == 403:
-        return StorageError(where, f"access denied while {doing} ({code}, HTTP {status}): {e}",
-                            f"check the credentials and the policy of bucket {bucket!r}")
+        return StoragePermissionError(
+            where, f"access denied while {doing} ({code}, HTTP {status}): {e}",
+            f"check the credentials and the policy of bucket {bucket!r}")
     if code == "NoSuchBucket":
-        return StorageError(where, f"bucket {bucket!r} does not exist (while {doing})",
-                            "create it or fix the world URL")
+        return StorageNotFoundError(where, f"bucket {bucket!r} does not exist (while {doing})",
+                                    "create it or fix the world URL")
     return StorageError(where, f"{doing} failed: {code} (HTTP {status}): {e}")
 
 
@@ -133,6 +145,7 @@ class ObjectStorePublisher(Publisher):
     blocking = True
     prefers_listing = True
     empty_folders_stay = False  # no folders: a prefix is gone with its last key
+    remove_tells_absence = False  # DeleteObject answers 204 whether or not the key was there
     atomic_publication = "yes: one conditional PUT (If-None-Match: *)"
     multi_writer = "yes: processes and hosts (the store arbitrates)"
 

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from fsspec.spec import AbstractFileSystem
 
+from little_workflow.world.kernel_locks import KernelLocks
 from little_workflow.world.posix import REAL_POSIX, Posix
 from little_workflow.world.publish import LocalPublisher
 
@@ -39,7 +40,10 @@ def _import_fs() -> Any:
 
 @contextlib.contextmanager
 def _mapped_errors(path: str) -> Iterator[None]:
-    """PyFilesystem2's errors as the builtin OSErrors fsspec callers catch."""
+    """PyFilesystem2's errors as the builtin OSErrors fsspec callers catch, with the errno
+    that says what failed (the World makes its typed StorageError from it): the OS's own
+    error where PyFilesystem2 wrapped one (OSFS keeps it as `exc`), else the errno of the
+    PyFilesystem2 error's kind."""
     errors = _import_fs().errors
     try:
         yield
@@ -53,8 +57,24 @@ def _mapped_errors(path: str) -> Iterator[None]:
         raise IsADirectoryError(errno.EISDIR, "is a directory", path) from None
     except errors.DirectoryNotEmpty:
         raise OSError(errno.ENOTEMPTY, "directory not empty", path) from None
-    except (errors.PermissionDenied, errors.ResourceReadOnly, errors.RemoveRootError):
-        raise PermissionError(errno.EACCES, "permission denied", path) from None
+    except errors.ResourceReadOnly:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path) from None
+    except errors.InsufficientStorage:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from None
+    except (errors.PermissionDenied, errors.RemoveRootError) as e:
+        code = _wrapped_errno(e) or errno.EACCES
+        raise PermissionError(code, os.strerror(code), path) from None
+    except errors.OperationFailed as e:
+        wrapped = _wrapped_errno(e)
+        if wrapped is None:
+            raise
+        raise OSError(wrapped, os.strerror(wrapped), path) from None
+
+
+def _wrapped_errno(e: BaseException) -> int | None:
+    """The errno of the OSError a PyFilesystem2 error wraps (`exc`), if any."""
+    wrapped = getattr(e, "exc", None)
+    return wrapped.errno if isinstance(wrapped, OSError) and wrapped.errno else None
 
 
 class _WriteBuffer(io.BytesIO):
@@ -283,15 +303,17 @@ class PyFilesystemFS(AbstractFileSystem):
         path = self._strip_protocol(path)
         if self.pyfs.hassyspath(path):
             self._durable_parent(path)
-            return self._local.publish_if_absent(self.pyfs.getsyspath(path), bytes(data))
+            return self._local.publish_if_absent(self.pyfs.getsyspath(path), bytes(data),
+                                                 durable=durable)
         parent = self._parent(path)
         tmp = self._join(parent, f".tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}")
         errors = _import_fs().errors
         self._write(tmp, bytes(data))
         try:
             try:
-                self.pyfs.move(tmp, path, overwrite=False)
-            except errors.DestinationExists:
+                with _mapped_errors(path):
+                    self.pyfs.move(tmp, path, overwrite=False)
+            except FileExistsError:
                 return False
             return True
         finally:
@@ -302,12 +324,32 @@ class PyFilesystemFS(AbstractFileSystem):
         path = self._strip_protocol(path)
         if self.pyfs.hassyspath(path):
             self._durable_parent(path)
-            self._local.replace(self.pyfs.getsyspath(path), bytes(data))
+            self._local.replace(self.pyfs.getsyspath(path), bytes(data), durable=durable)
             return
         tmp = self._join(self._parent(path), f".tmp-{uuid.uuid4().hex}")
         self._write(tmp, bytes(data))
         with _mapped_errors(path):
             self.pyfs.move(tmp, path, overwrite=True)
+
+    def sync(self) -> None:
+        """Make every `durable=False` publication so far durable (with a system path:
+        the directory fsyncs they skipped)."""
+        self._local.sync()
+
+    def make_durable(self, path: str) -> None:
+        """Make the names in folder `path` durable, whoever published them (another
+        process's `durable=False` events, before a run summary folds them)."""
+        path = self._strip_protocol(path)
+        if self.pyfs.hassyspath(path):
+            self._local.make_durable(self.pyfs.getsyspath(path))
+
+    def cross_process_locks(self, root: str) -> Any:
+        """Kernel locks under the data dir where it has a system path (OSFS) on the real
+        disk; elsewhere None (run locks in the process only)."""
+        root = self._strip_protocol(root)
+        if self.posix is not REAL_POSIX or not self.pyfs.hassyspath(root):
+            return None
+        return KernelLocks(os.path.join(self.pyfs.getsyspath(root), "locks"))
 
     def _durable_parent(self, path: str) -> None:
         """Create `path`'s parent directories as needed and make each one's name durable in

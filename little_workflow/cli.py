@@ -15,6 +15,7 @@ import little_workflow as lw
 
 from .errors import failure_text, fork_point_list
 from .ops.cli_support import (
+    StepProgress,
     error_text,
     format_duration,
     format_started,
@@ -42,6 +43,12 @@ def stored_value(world: Any, value: Any, ref: str | None = None) -> Any:
     from .runtime.values import stored_value as read_back
 
     return read_back(world, value, ref)
+
+
+def output_json(wf: Any, value: Any) -> Any:
+    from .runtime.values import output_json as encode
+
+    return encode(wf, value)
 
 
 class UserError(click.ClickException):
@@ -143,14 +150,14 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
     run_id = run_id or new_run_id()
     before = lw.materialize_run_state(world, run_id).status if world.list_events(run_id) else None
     console = _console()
-    seen: list[str] = []
+    progress = StepProgress()
+    seen = progress.done
 
     def on_call(name: str, args: tuple, kwargs: dict) -> None:
         if name == "append_event" and len(args) >= 3 and args[1] == "run.started":
             verb = "started" if before is None else "resuming"
             click.echo(f"{verb} run {run_id} (workflow {wf.id})", err=True)
-        if name == "append_event" and len(args) >= 3 and args[1] == "step.succeeded":
-            seen.append(str(args[2].get("stepPath")))
+        progress.on_call(name, args, kwargs)
 
     try:
         with interruptible():
@@ -177,11 +184,13 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
     if before == "completed":
         click.echo(f"run {run_id} had already completed: this is its stored result "
                    "(nothing ran)", err=True)
+    # The output is what the workflow's return annotation types (DESIGN §16): shown as JSON.
+    output = output_json(wf, result.output)
     if as_json:
-        _dump(result.to_json_dict())
+        _dump(result.model_copy(update={"output": output}).to_json_dict())
     else:
         click.echo(f"{result.run_id} {result.status}")
-        click.echo(json.dumps(result.output, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(output, indent=2, ensure_ascii=False))
 
 
 @cli.command()
@@ -421,9 +430,21 @@ def replay_check(target: str, run_ids: tuple[str, ...], world: Any) -> None:
     re-executed against its log calling no step (lw.replay_run). Exit 1 if one diverges.
     (`little replay RUN_ID` shows a run's stored state instead.)"""
     wf = _load_workflow(target)
+    unreadable: dict[str, str] = {}
     if not run_ids:
-        run_ids = tuple(r for r in world.list_runs() if _workflow_of(world, r) == wf.id)
-        if not run_ids:
+        mine = []
+        for r in world.list_runs():
+            try:
+                workflow_id = _workflow_of(world, r)
+            except lw.LittleWorkflowError as e:
+                unreadable[r] = str(e)  # maybe of this workflow: the check is incomplete
+                continue
+            if workflow_id == wf.id:
+                mine.append(r)
+        run_ids = tuple(mine)
+        for run_id, problem in unreadable.items():
+            click.echo(f"{run_id}: cannot be checked, its log does not read: {problem}")
+        if not run_ids and not unreadable:
             raise UserError(f"no run of workflow {wf.id!r} in {world.data_dir}")
     diverged = 0
     for run_id in run_ids:
@@ -432,20 +453,28 @@ def replay_check(target: str, run_ids: tuple[str, ...], world: Any) -> None:
             result = lw.replay_run(world, run_id, wf)
         except lw.ReplayDivergenceError as e:
             diverged += 1
-            click.echo(f"{run_id}: diverges at step {e.step_path!r}: "
-                       f"{str(e).split(': ', 1)[-1]}")
+            where = f" at step {e.step_path!r}" if e.step_path else ""
+            click.echo(f"{run_id}: diverges{where}: {e.detail}")
             continue
         click.echo(f"{run_id}: ok ({result.status})")
     if diverged:
         click.echo(f"runs diverging from this code: {diverged} of {len(run_ids)}", err=True)
+    if unreadable:
+        click.echo(f"runs that cannot be checked: {len(unreadable)} (`little verify` says "
+                   "more)", err=True)
+    if diverged or unreadable:
         sys.exit(1)
 
 
 def _workflow_of(world: Any, run_id: str) -> str | None:
+    """The workflow of a listed run; None when it has no event (deleted since it was
+    listed). Raises when its log does not read."""
     try:
         first = world.read_event(run_id, 1).payload
-    except lw.LittleWorkflowError:
-        return None
+    except lw.EventLogCorruptError:
+        if not world.list_events(run_id):
+            return None  # gone, not damaged
+        raise
     return first.get("workflowId") if isinstance(first, dict) else None
 
 

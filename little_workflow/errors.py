@@ -16,9 +16,12 @@ class WorldPathError(LittleWorkflowError, ValueError):
 class IdempotencyConflictError(LittleWorkflowError):
     """An idempotency key was reused with a different request."""
 
-    def __init__(self, run_id: str, key: str, existing_digest: str, new_digest: str):
+    def __init__(self, run_id: str, key: str, existing_digest: str, new_digest: str, *,
+                 sequence: int | None = None):
         self.run_id, self.key = run_id, key
         self.existing_digest, self.new_digest = existing_digest, new_digest
+        #: The sequence of the event first appended with this key, where known.
+        self.sequence = sequence
         super().__init__(
             f"run {run_id}: idempotency key {key!r} was first used for request "
             f"{existing_digest}, now for {new_digest}; use a new key for a new request"
@@ -213,9 +216,15 @@ class StepTimeoutError(LittleWorkflowError, TimeoutError):
 
 
 class ReplayDivergenceError(LittleWorkflowError):
+    """The code no longer fits a run's log: it asks for steps the log does not hold, or in
+    another order (`step_path` names where), or it ends another way than the log says —
+    raises where the run completed, fails with another error type, or completes where the
+    run failed (`step_path` is "", and `__cause__` is what the code raised)."""
+
     def __init__(self, run_id: str, step_path: str, message: str):
-        self.run_id, self.step_path = run_id, step_path
-        super().__init__(f"replay of run {run_id} diverged at step {step_path!r}: {message}")
+        self.run_id, self.step_path, self.detail = run_id, step_path, message
+        where = f" at step {step_path!r}" if step_path else ""
+        super().__init__(f"replay of run {run_id} diverged{where}: {message}")
 
 
 class UnknownWorkflowError(LittleWorkflowError, LookupError):
@@ -277,6 +286,46 @@ class StorageError(LittleWorkflowError, OSError):
     def __init__(self, path: str, problem: str, hint: str = ""):
         self.path, self.problem = path, problem
         super().__init__(f"{path}: {problem}{'; ' + hint if hint else ''}")
+
+
+# What failed, as a class, decided where the failure is met (world/storage_errors.py for
+# OS and SQLite errors, each fs_adapter for its store's answers): callers that act on the
+# kind of failure use isinstance, never the message. A failure no class below fits stays
+# a plain StorageError. Made from an OSError, `errno` keeps the OS's code.
+
+
+class StorageDamagedError(StorageError):
+    """A database its engine finds damaged (SQLite: malformed pages). Parts of it may
+    still be readable (`little verify` lists them); nothing more is written into it."""
+
+
+class StorageNotADatabaseError(StorageError):
+    """A file that should be a database is not one (SQLite: "file is not a database")."""
+
+
+class StorageFullError(StorageError):
+    """The disk, quota or file size limit is full."""
+
+
+class StorageReadOnlyError(StorageError):
+    """The data dir is on a read-only filesystem (or its database was opened read-only)."""
+
+
+class StoragePermissionError(StorageError):
+    """The storage refuses this user: file permissions, or an object store's credentials
+    and policy."""
+
+
+class StorageNotFoundError(StorageError):
+    """The storage itself is missing: the data dir's folder, a bucket, a container."""
+
+
+class StorageIOError(StorageError):
+    """The device failed an I/O operation."""
+
+
+class StorageUnreachableError(StorageError):
+    """No answer came back from a remote store (endpoint, network, DNS)."""
 
 
 class CatalogueQueryError(LittleWorkflowError, ValueError):

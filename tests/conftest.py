@@ -18,6 +18,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
+def pytest_report_header(config: Any) -> str:
+    import soak
+
+    return soak.describe()
+
+
 def private_memory() -> MemoryFileSystem:
     return MemoryFileSystem(skip_instance_cache=True, global_store=False)
 

@@ -3,7 +3,9 @@ a starter, two senders (one aiming at wait deadlines), a canceller, a forker, a 
 a pipeline runner and a `little` CLI caller — with random SIGKILL and SIGSTOP/SIGCONT of
 the processes that run steps, on local_world, a local-file virtual world and S3 (moto,
 short leases). Then a drain (a clean worker runs everything to its end) and the history
-checker (`chaos/history.py`) over every log and the external step ledger.
+checker (`chaos/history.py`) over every log and the external step ledger. The test of the
+test takes the kernel locks of local files away (and the log fence too): the checker and
+`little verify` must then catch two executors of one run.
 
 `LW_CHAOS_SECONDS` (default 40) is the chaos time, split over the backends (S3 half);
 `LW_CHAOS_SEED` reproduces a run's schedule of kills, pauses and actions (the report of
@@ -25,6 +27,7 @@ import pytest
 import little_workflow as lw
 from chaos import history
 from chaos.driver import ACTOR_ROLES, MotoProcess, SlowLink, run_chaos
+from soak import soak_size
 
 SECONDS = float(os.environ.get("LW_CHAOS_SECONDS", "40"))
 SEED = int(os.environ.get("LW_CHAOS_SEED") or int(time.time()) % 100_000)
@@ -36,7 +39,6 @@ ROLES = tuple(os.environ["LW_CHAOS_ROLES"].split(",")) if os.environ.get("LW_CHA
 #: client: the CLI caller and the forker (both covered on the local backends) are left
 #: out, so the workers get the CPU to be caught mid-run.
 S3_ROLES = tuple(r for r in ACTOR_ROLES if r not in ("cli", "forker"))
-LOCAL_FILE_ROLES = tuple(r for r in ACTOR_ROLES if r not in ("forker", "pipeliner"))
 
 
 # ---- the checker on hand-made histories ---------------------------------------------------
@@ -121,6 +123,22 @@ def test_a_step_committed_twice():
                                          pid=11, line=2)]
     assert rules({"run_a": events}, ledger, history.Options(wait_result_steps={"w": "got"})) \
         == ["committed-twice"]
+
+
+def test_what_no_single_executor_writes():
+    """DESIGN §15: a record of an older execution after a newer run.started, a start that
+    does not rise, two ends of one attempt (the rules `little verify` applies)."""
+    success = {"stepPath": "a", "attempt": 1, "incarnation": 1,
+               "output": {"token": "t1", "value": 1}}
+    unfinished = history.Options(final=False)
+    events = clean_run()[:4] + [Ev(5, "run.started", {"start": 2}),
+                                Ev(6, "step.succeeded", success, at(2.0))]
+    assert rules({"run_a": events}, clean_ledger()[:1], unfinished) == ["older-incarnation"]
+    events[4] = Ev(5, "run.started", {"start": 1})
+    assert rules({"run_a": events}, clean_ledger()[:1], unfinished) == ["start-not-rising"]
+    events = clean_run()[:4] + [Ev(5, "step.failed", {**success, "willRetry": False}),
+                                Ev(6, "step.succeeded", success, at(2.0))]
+    assert rules({"run_a": events}, clean_ledger()[:1], unfinished) == ["attempt-ended-twice"]
 
 
 def test_a_commit_no_ledgered_execution_returned():
@@ -250,15 +268,10 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
                            roles=ROLES or ACTOR_ROLES,
                            open_world=lambda: lw.local_world(data_dir))
     elif kind == "local-file":
+        # Run locks across processes are kernel locks here (DESIGN §15): every actor of
+        # local_world's chaos, two workers, the forker and the pipeline runner included.
         url = f"file://{tmp_path}/wf"
-        # A virtual world on local files keeps its run locks in the process (DESIGN §5,
-        # §6; the README's backend table): one process executes runs — one worker, a
-        # starter that only starts, no forker or pipeline runner (each executes or
-        # creates runs a worker would pick up mid-copy) — while every other actor
-        # (senders, canceller, gc, the CLI) writes from its own process as before.
-        result = run_chaos(kind, url, SEED, seconds, workdir, workers=("worker0",),
-                           roles=ROLES or LOCAL_FILE_ROLES,
-                           extra_env={"LW_CHAOS_ONE_EXECUTOR": "1"},
+        result = run_chaos(kind, url, SEED, seconds, workdir, roles=ROLES or ACTOR_ROLES,
                            open_world=lambda: lw.virtual_world(url))
     else:
         moto = MotoProcess(workdir)
@@ -290,3 +303,35 @@ def test_chaos_history_holds_every_rule(kind, tmp_path):
     result = chaos_on(kind, tmp_path)
     assert result.stats["incarnations"] >= 5, result.report  # the chaos really ran runs
     assert not result.violations, result.report
+
+
+# ---- the test of the test: take DESIGN §15's protections away -------------------------------
+
+#: Seconds of chaos with a protection taken away (two workers and a starter only): both
+#: kinds of finding showed within the first 6 s in every run seen.
+UNFENCED_SECONDS = soak_size("LW_CHAOS_UNFENCED_SECONDS", short=6.0, full=20.0)
+
+
+@pytest.mark.parametrize("removed", ["locks", "locks,fence"])
+def test_the_chaos_catches_two_executors_of_one_run(removed, tmp_path):
+    """Without the kernel lock, two workers execute one run at once: the checker sees
+    their executions of one step overlap (the log fence still keeps the logs whole, so
+    `little verify` is ok). Without the log fence too, their records interleave: the
+    checker's one-executor rules and `little verify` name them."""
+    url = f"file://{tmp_path}/wf"
+    started = time.monotonic()
+    result = run_chaos("local-file", url, SEED, UNFENCED_SECONDS, str(tmp_path / "chaos"),
+                       roles=("starter",), unfenced=removed, step_seconds=0.3,
+                       drain_seconds=15, open_world=lambda: lw.virtual_world(url))
+    print(f"\n{removed}: {time.monotonic() - started:.1f} s\n{result.report}")
+    found = {v.rule for v in result.violations}
+    if removed == "locks":
+        assert "overlapping-attempts" in found, result.report
+        assert "verify" not in found and not found & ONE_EXECUTOR_RULES, result.report
+    else:
+        assert "verify" in found and found & ONE_EXECUTOR_RULES, result.report
+
+
+#: The rules only two interleaved executors break.
+ONE_EXECUTOR_RULES = {"committed-twice", "attempt-ended-twice", "older-incarnation",
+                      "start-not-rising"}

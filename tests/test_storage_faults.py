@@ -82,6 +82,9 @@ def test_a_write_failing_anywhere_is_one_storage_error_and_the_run_resumes(tmp_p
             assert e.path.startswith(data_dir), e.path  # names the file
             assert os.strerror(code) in str(e)
             assert not isinstance(e, lw.WorkflowFailedError)
+            # Typed where it is made, at every fault point: isinstance, not the message.
+            assert isinstance(e, {errno.ENOSPC: lw.StorageFullError,
+                                  errno.EROFS: lw.StorageReadOnlyError}[code]), repr(e)
         else:  # the writes from k on were all reads' neighbours: nothing failed
             assert plan.failed == 0 and out == EXPECTED
             continue

@@ -99,6 +99,7 @@ async def order(ctx: lw.RunContext, input: Order) -> list[int]:
     reveal_type(costs)
     reveal_type(ctx.uuid())
     reveal_type(await ctx.wait_for_event("w", "go", timeout=1))
+    reveal_type(await ctx.wait_for_event("t", "go", type=Receipt))
     reveal_type((await ctx.bash("b", "echo hi")).stdout)
     return prices + costs
 
@@ -139,11 +140,12 @@ def test_mypy_sees_workflow_input_and_output_types(tmp_path):
                                                                          "Union[Any, None]"), out
     assert revealed('(await ctx.bash("b", "echo hi")).stdout') == "str", out
     assert revealed("order").endswith("Workflow[TypedDict(user.Order, {'item': str, 'qty': int}), list[int]]"), out
-    # A run's output is JSON: a workflow returning a pydantic model gives its dump.
-    assert revealed("receipt").endswith("Workflow[int, dict[str, Any]]"), out
+    assert revealed('await ctx.wait_for_event("t", "go", type=Receipt)') == "user.Receipt | None", out
+    # Values keep their types (DESIGN §16): a workflow returning a model gives the model.
+    assert revealed("receipt").endswith("Workflow[int, user.Receipt]"), out
     assert revealed("result").endswith("RunResult[list[int]]"), out
     assert revealed("result.output") == "list[int]", out
-    assert revealed("lw.run_workflow(receipt, 3).output") == "dict[str, Any]", out
+    assert revealed("lw.run_workflow(receipt, 3).output") == "user.Receipt", out
     assert revealed('lw.replay_run("w", "run_x", order).output') == "list[int]", out
     errors = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     wrong = {i for i, line in enumerate(lines, 1)

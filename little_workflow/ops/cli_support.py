@@ -13,7 +13,11 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from ..errors import LittleWorkflowError, RuntimeIntegrityError, StorageError, WorldPathError
+from ..errors import (
+    LittleWorkflowError,
+    StorageDamagedError,
+    StorageError,
+)
 from ..world import local_world, virtual_world
 from ..world.ids import validate_run_id
 
@@ -32,10 +36,25 @@ def is_storage_client_error(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] in STORAGE_CLIENTS
 
 
+class StepProgress:
+    """The steps of a run that succeeded so far, in order, as `little run` shows them: fed
+    every World call of the run (`tracing_world`) through `on_call`. A success comes
+    through either door of the World: `append_event`, or `submit_event` (how the children
+    of a parallel group hand theirs in, to share one commit)."""
+
+    APPENDS = frozenset({"append_event", "submit_event"})
+
+    def __init__(self) -> None:
+        self.done: list[str] = []
+
+    def on_call(self, name: str, args: tuple, kwargs: dict) -> None:
+        if name in self.APPENDS and len(args) >= 3 and args[1] == "step.succeeded":
+            self.done.append(str(args[2].get("stepPath")))
+
+
 def is_damaged_events_db(e: StorageError) -> bool:
     """A local_world's events.db that SQLite finds damaged (not a missing or locked one)."""
-    return os.path.basename(e.path) == "events.db" and any(
-        word in e.problem for word in ("damaged", "malformed"))
+    return isinstance(e, StorageDamagedError) and os.path.basename(e.path) == "events.db"
 
 
 def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,

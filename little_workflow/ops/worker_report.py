@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..errors import failure_text
+from ..errors import LittleWorkflowError, failure_text
 from ..world.tracing import tracing_world
 
 WAIT_EVENTS = {"timer.scheduled": "sleep", "wait.started": "event"}
@@ -57,7 +57,9 @@ class WorkerReport:
             try:  # a run resumed here: its workflow is in its first event
                 first = self.world.read_event(run_id, 1).payload
                 self.workflow_ids[run_id] = str(first.get("workflowId"))
-            except Exception:
+            except (LittleWorkflowError, OSError):
+                # Deliberate: a report line never stops the run it reports on. The run
+                # reads its own log next and fails with this error, which is reported.
                 self.workflow_ids[run_id] = "?"
         return self.workflow_ids[run_id]
 

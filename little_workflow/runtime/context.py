@@ -24,16 +24,20 @@ from typing import (
 
 from ..errors import (
     FatalError,
+    IdempotencyConflictError,
+    LeaseLostError,
     ReplayDivergenceError,
     StepError,
     StepFailedError,
     StepTimeoutError,
 )
+from ..world import incarnations
 from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
-from ..world.models import Event, thaw
+from ..world.models import Event
 from .active_index import TERMINAL_EVENTS, mark_finished
 from .bash_steps import BashResult, run_bash_step
+from .codec import Codec, codec_for, return_codec
 from .loops import may_block_loop
 from .memory import RunMemory
 from .pipeline import call_workflow
@@ -50,7 +54,7 @@ from .steps import (
     reset_current,
     set_current,
 )
-from .values import stored_value, to_json_value
+from .values import decode_stored, encode_step_output, stored_value
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -98,6 +102,12 @@ class RunContext:
 
     suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
     watch: Any = None  # waiting.RunWatch while this process executes the run
+    #: This execution's `start` (DESIGN §15), stamped on every record it appends; None
+    #: before its `run.started` (and in replay).
+    incarnation: int | None = None
+    started_sequence = 0  # the sequence of this execution's run.started
+    #: Why this execution must stop: another one started after it (read from the log).
+    superseded: str | None = None
 
     def __init__(
         self,
@@ -140,12 +150,54 @@ class RunContext:
 
     # ---- appends --------------------------------------------------------------------
 
+    def begin_execution(self, started: Event) -> None:
+        """`started` is this execution's `run.started`: from now on every record carries
+        its incarnation, and another execution's start ends this one."""
+        self.incarnation = int(started.payload["start"])
+        self.started_sequence = started.sequence
+
+    def check_fence(self) -> None:
+        """LeaseLostError once another execution of the run started after this one."""
+        if self.superseded is not None:
+            raise LeaseLostError(self.run_id, self.superseded)
+
+    def _stamped(self, payload: Any) -> Any:
+        if self.incarnation is None:
+            return payload
+        if self.superseded is not None:
+            self.check_fence()  # a superseded execution appends nothing more
+        if isinstance(payload, dict):
+            return {**payload, incarnations.INCARNATION: self.incarnation}
+        return payload
+
+    def _as_first_written(self, conflict: IdempotencyConflictError, payload: Any) -> Any:
+        """A keyed record written again by a later execution (a memory write in the body,
+        a restarted harness call, a sub-run entered again) differs from the first only by
+        its incarnation: the payload as that execution stamped it, so the World answers
+        with the first record. None when the records really differ."""
+        if self.incarnation is None or conflict.sequence is None or not isinstance(payload, dict):
+            return None
+        earlier = self.world.read_event(self.run_id, conflict.sequence)
+        first = earlier.payload.get(incarnations.INCARNATION) \
+            if isinstance(earlier.payload, dict) else None
+        if first == self.incarnation:
+            return None
+        return dict(payload) if first is None else {**payload, incarnations.INCARNATION: first}
+
     def append_sync(
         self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
     ) -> Event:
-        event = self.world.append_event(
-            self.run_id, type_, payload, idempotency_key=idempotency_key, durable=durable
-        )
+        stamped = self._stamped(payload)
+        try:
+            event = self.world.append_event(
+                self.run_id, type_, stamped, idempotency_key=idempotency_key, durable=durable
+            )
+        except IdempotencyConflictError as e:
+            first = self._as_first_written(e, payload)
+            if first is None:
+                raise
+            event = self.world.append_event(
+                self.run_id, type_, first, idempotency_key=idempotency_key, durable=durable)
         self._fold_own(event)
         if type_ in TERMINAL_EVENTS:
             mark_finished(self.world, self.run_id)  # after the terminal event
@@ -169,9 +221,17 @@ class RunContext:
                                     durable=durable)
         # In a parallel group: hand the event to the store, let the sibling tasks hand
         # theirs too, then wait — appends that arrive together share one commit.
-        pending = self.world.submit_event(
-            self.run_id, type_, payload, idempotency_key=idempotency_key, durable=durable
-        )
+        stamped = self._stamped(payload)
+        try:
+            pending = self.world.submit_event(
+                self.run_id, type_, stamped, idempotency_key=idempotency_key, durable=durable
+            )
+        except IdempotencyConflictError as e:
+            first = self._as_first_written(e, payload)
+            if first is None:
+                raise
+            pending = self.world.submit_event(
+                self.run_id, type_, first, idempotency_key=idempotency_key, durable=durable)
         try:
             if not pending.done:
                 await asyncio.sleep(0)
@@ -203,6 +263,11 @@ class RunContext:
         events = self.world.list_events(self.run_id, after=self.log.last_sequence)
         for e in events:
             self.log.apply(e)
+            if self.incarnation is not None and self.superseded is None \
+                    and incarnations.started_elsewhere(self.started_sequence, e):
+                self.superseded = (
+                    f"execution {e.payload.get('start')} of this run started at sequence "
+                    f"{e.sequence}, after this one ({self.incarnation}), which stops")
         return events
 
     def fold_new_events(self) -> list[Event]:
@@ -273,21 +338,23 @@ class RunContext:
         if not callable(fn):
             raise StepError(self.run_id, path, f"{fn!r} is not callable")
         rec = self.log.steps.get(path)
+        codec = return_codec(fn)
         if self.mode == "replay":
-            return self._replayed(path, rec)
+            return self._replayed(path, rec, codec)
         if rec is not None and rec.status != "running":
-            return self._served(rec)
+            return self._served(rec, codec)
         if self.watch is not None:
             self.watch.at_boundary()  # a cancelled run stops before its next step
-        return await self._execute(path, fn, args, retry or NO_RETRY, timeout, rec,
+        return await self._execute(path, fn, args, retry or NO_RETRY, timeout, rec, codec,
                                    durable=not group_child)
 
-    def _served(self, rec: StepRecord) -> Any:
+    def _served(self, rec: StepRecord, codec: Codec) -> Any:
         if rec.status == "failed":
             raise StepFailedError(self.run_id, rec.path, stored_value(self.world, rec.error) or {})
-        return stored_value(self.world, rec.output, rec.output_ref)
+        return decode_stored(codec, stored_value(self.world, rec.output, rec.output_ref),
+                             self.run_id, rec.path, "output")
 
-    def _replayed(self, path: str, rec: StepRecord | None) -> Any:
+    def _replayed(self, path: str, rec: StepRecord | None, codec: Codec) -> Any:
         if rec is None or rec.status == "running":
             raise ReplayDivergenceError(
                 self.run_id, path, "the code asks for a step the log holds no finished record of"
@@ -302,7 +369,7 @@ class RunContext:
             group.highest = max(group.highest, rec.first_sequence)
         else:
             self._floor = rec.first_sequence
-        return self._served(rec)
+        return self._served(rec, codec)
 
     async def _execute(
         self,
@@ -312,6 +379,7 @@ class RunContext:
         policy: Retry,
         timeout: float | None,
         rec: StepRecord | None,
+        codec: Codec,
         *,
         durable: bool,
     ) -> Any:
@@ -332,7 +400,7 @@ class RunContext:
             await self.append("step.started", {"stepPath": path, "attempt": attempt}, durable=False)
             recorded = self._recorded_success(path)
             if recorded is not None:  # another holder's success came in first
-                return self._served(recorded)
+                return self._served(recorded, codec)
             info = StepInfo(run_id=self.run_id, step_path=path, attempt=attempt, _ctx=self)
             token = set_current(info)
             try:
@@ -344,7 +412,9 @@ class RunContext:
                 finally:
                     if info.slot is not None and path not in self._abandoned:
                         info.slot.release()
-                value = to_json_value(result, self.run_id, path)
+                # Encoded and decoded before anything is recorded: a value that does not
+                # fit its annotation is this attempt's failure, never a success.
+                value, typed = encode_step_output(codec, result, self.run_id, path)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -366,7 +436,7 @@ class RunContext:
             if recorded is not None:
                 # Another holder (one that lost its lease while this attempt ran) recorded
                 # this step's success: that output is the step's, this attempt ends here.
-                return self._served(recorded)
+                return self._served(recorded, codec)
             payload: dict[str, Any] = {"stepPath": path, "attempt": attempt}
             encoded_size = len(canonical_json(value)) if not _is_small_scalar(value) else 0
             if encoded_size > INLINE_OUTPUT_LIMIT:
@@ -379,8 +449,8 @@ class RunContext:
             event = await self.append("step.succeeded", payload, durable=durable)
             rec = self.log.steps[path]
             if rec.succeeded_at != event.sequence:  # another success landed first: it wins
-                return self._served(rec)
-            return thaw(value)
+                return self._served(rec, codec)
+            return typed
 
     def _recorded_success(self, path: str) -> StepRecord | None:
         """The step's success as the log holds it, once folded in from another writer."""
@@ -507,13 +577,30 @@ class RunContext:
 
         await sleep_until_time(self, path, when)
 
-    async def wait_for_event(self, path: str, name: str,
-                             timeout: float | None = None) -> Any | None:
+    # Typed for callers: `type=Approval` gives an `Approval | None`; without it, JSON.
+    @overload
+    async def wait_for_event(self, path: str, name: str, timeout: float | None = None,
+                             ) -> Any | None: ...
+
+    @overload
+    async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,  # type: ignore[overload-overlap]
+                             type: type[T]) -> T | None: ...
+
+    @overload
+    async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
+                             type: Any) -> Any | None: ...
+
+    async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
+                             type: Any = None) -> Any | None:
         """The payload of the first event `name` sent to this run (`lw.send_event`) that
-        no earlier wait took, or None once `timeout` seconds have passed."""
+        no earlier wait took, or None once `timeout` seconds have passed. With `type=T`
+        (a pydantic model, dataclass, or any annotation) the payload is decoded to a T,
+        on the first run as on resume and replay (DESIGN §16); one that does not fit is
+        a StepError naming the wait and the type."""
         from .signals import wait_for_event
 
-        return await wait_for_event(self, path, name, timeout)
+        return await wait_for_event(self, path, name, timeout,
+                                    codec_for(type) if type is not None else None)
 
     def now(self) -> datetime:
         """The World clock's time as an aware UTC datetime, recorded: a resumed or

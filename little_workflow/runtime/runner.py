@@ -23,12 +23,13 @@ from ..errors import (
     ReplayDivergenceError,
     RunCancelledError,
     RunFinishedError,
+    RunLockedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    failure_text,
 )
-from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
 from .active_index import mark_active
@@ -36,13 +37,14 @@ from .context import INLINE_OUTPUT_LIMIT, RunContext, running
 from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
-from .values import stored_value
+from .values import decode_input, decode_output, encode_input, encode_output, stored_value
 from .waiting import (
     RunSuspended,
     RunWatch,
     cancelled_on_entry,
     finish_if_cancelled,
     requested_reason,
+    stop_if_superseded,
 )
 from .workflow import Workflow
 
@@ -100,15 +102,10 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
-    """The run input as plain JSON, validated against the workflow's input schema."""
+    """The run input as plain JSON — encoded by the annotation of the workflow's `input`
+    (DESIGN §16) — validated against the workflow's input schema."""
     try:
-        from pydantic import BaseModel
-
-        if isinstance(input, BaseModel):
-            input = input.model_dump(mode="json")
-        frozen = frozen_json(input, "input")
-    except TypeError as e:
-        raise SchemaValidationError(f"input of run {run_id}", f"not JSON ({e})") from None
+        frozen = encode_input(wf, input, run_id)
     except RecursionError:
         raise SchemaValidationError(f"input of run {run_id}", "nested too deeply") from None
     value = thaw(frozen)
@@ -197,18 +194,24 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
         await create_run(ctx, wf, input, input_hash,
                          {"parentRunId": parent_run_id} if parent_run_id else None)
     await cancelled_on_entry(ctx)
-    await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
+    ctx.begin_execution(await ctx.append("run.started", {"start": log.starts + 1}, durable=False))
     ctx.watch = RunWatch(ctx).start()
     try:
         with running(ctx):
-            output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
+            returned = await wf.fn(ctx, decode_input(wf, input, run_id))
+            output, typed_output = encode_output(wf, returned, run_id)
+            output = thaw(output)
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
+        stop_if_superseded(ctx)  # raises LeaseLostError when another execution started
         await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
         raise  # not a failure of the run: it stays unfinished and resumable
-    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError):
-        raise  # not a failure of the run: it stays unfinished and resumable
+    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError,
+            RunLockedError):
+        # Not a failure of the run: it stays unfinished and resumable. (RunLockedError:
+        # a sub-run another process executes.)
+        raise
     except Exception as e:
         await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
         failure = failure_payload(e)
@@ -228,7 +231,7 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     else:
         payload["output"] = output
     await ctx.append("run.completed", payload)
-    return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+    return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
 
 
 TRACEBACK_FRAMES = 50  # the innermost ones, per exception of the chain
@@ -269,14 +272,8 @@ async def create_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_
     await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
 
 
-def to_output_json(value: Any, run_id: str) -> Any:
-    from .values import to_json_value
-
-    return thaw(to_json_value(value, run_id, "(workflow output)"))
-
-
 def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
-    output = stored_value(world, log.output, log.output_ref)
+    output = decode_output(wf, stored_value(world, log.output, log.output_ref), log.run_id)
     created = log.created or {}
     return RunResult(
         run_id=log.run_id, status=log.status, output=output,
@@ -302,7 +299,9 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
                      mode="replay", run_child=arun_single)
     try:
         with running(ctx):
-            output = await wf.fn(ctx, input)
+            returned = await wf.fn(ctx, decode_input(wf, input, run_id))
+            output, typed_output = encode_output(wf, returned, run_id)
+            wf.validate_output(thaw(output))  # a run whose output broke its schema failed so
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):
@@ -313,18 +312,42 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
         if log.status == "cancelled":
             return RunResult(run_id=run_id, status="cancelled", workflow_id=wf.id)
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
-    except Exception:
-        if log.status == "cancelled":
-            return RunResult(run_id=run_id, status="cancelled", output=None, workflow_id=wf.id)
-        return RunResult(run_id=run_id, status="failed", output=None, workflow_id=wf.id)
-    return RunResult(run_id=run_id, status="completed", output=to_output_json(output, run_id),
-                     workflow_id=wf.id)
+    except Exception as e:
+        return _replay_failure(world, log, wf, e)
+    if log.status == "failed":
+        raise ReplayDivergenceError(run_id, "", f"the log says the run {_logged_end(world, log)}, "
+                                    "but the code completed")
+    return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
+
+
+def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],
+                    e: Exception) -> RunResult[Any]:
+    """The code raised `e` on replay: that is the run's outcome only where the log says the
+    run failed with an error of the same type; anywhere else — a completed run, an
+    unfinished one, another error — the code no longer fits the log."""
+    error = stored_value(world, log.error) if log.status == "failed" else None
+    if isinstance(error, dict) and error.get("type") == type(e).__name__:
+        return RunResult(run_id=log.run_id, status="failed", workflow_id=wf.id)
+    raise ReplayDivergenceError(
+        log.run_id, "", f"the log says the run {_logged_end(world, log)}, but the code raised "
+        f"{type(e).__name__}: {e}") from e
+
+
+def _logged_end(world: Any, log: RunLog) -> str:
+    if log.status == "failed":
+        error = stored_value(world, log.error)
+        return "failed with " + (failure_text(log.run_id, error) if isinstance(error, dict)
+                                 else "no recorded error")
+    return {"completed": "completed", "cancelled": "was cancelled"}.get(
+        log.status, f"is {log.status} (not finished)")
 
 
 def replay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     """Re-execute `wf` against the run's log, calling no step. Raises
     `ReplayDivergenceError` when the code asks for steps the log does not hold, or in
-    another order — the way to check a code change against old runs."""
+    another order, or ends another way than the log says (raises where the run completed
+    or is unfinished, fails with another error type, completes where the run failed) —
+    the way to check a code change against old runs."""
     return run_sync(lambda: areplay_run(world, run_id, wf))
 
 

@@ -121,7 +121,8 @@ class RunWatch:
         if self._stopped:
             return
         self.refresh()
-        if self.cancel_requested and not self.cancel_issued and self.task is not None:
+        stop = self.cancel_requested or self.ctx.superseded is not None
+        if stop and not self.cancel_issued and self.task is not None:
             # Interrupts whatever the run awaits: a sleep, a wait, async steps in flight.
             self.cancel_issued = True
             self.task.cancel()
@@ -149,6 +150,8 @@ class RunWatch:
         the run here. Works even when the workflow never yields to the event loop."""
         if self._notified.is_set() or time.monotonic() - self._last_poll >= POLL_SECONDS:
             self.refresh()
+        if self.ctx.superseded is not None:
+            self.ctx.check_fence()  # another execution started after this one: stop here
         if self.cancel_requested:
             raise asyncio.CancelledError()
 
@@ -217,6 +220,18 @@ async def cancelled_on_entry(ctx: Any) -> None:
     if log.cancel_requested is not None:
         await end_cancelled(ctx)
         raise RunCancelledError(ctx.run_id, requested_reason(log))
+
+
+def stop_if_superseded(ctx: Any) -> None:
+    """The run stopped (CancelledError): if the watch stopped it because another execution
+    started after this one, that is the answer — LeaseLostError, nothing appended."""
+    watch = ctx.watch
+    if ctx.superseded is None:
+        return
+    if watch is not None and watch.cancel_issued and watch.task is not None:
+        watch.task.uncancel()  # this cancellation was ours
+        watch.cancel_issued = False
+    ctx.check_fence()
 
 
 async def finish_if_cancelled(ctx: Any) -> None:

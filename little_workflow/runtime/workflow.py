@@ -5,14 +5,13 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Protocol, TypeVar
 
 from ..errors import SchemaValidationError
 from ..world.ids import content_hash, validate_name, workflow_version_id
 
 if TYPE_CHECKING:
     import jsonschema
-    from pydantic import BaseModel
 
 WorkflowFn = Callable[..., Awaitable[Any]]
 
@@ -25,7 +24,6 @@ In = TypeVar("In")
 Out = TypeVar("Out", covariant=True)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
-M = TypeVar("M", bound="BaseModel")
 
 
 def _validator(schema: dict[str, Any] | None, what: str) -> "jsonschema.Draft7Validator | None":
@@ -58,8 +56,8 @@ class Workflow(Generic[In, Out]):
     """A workflow definition made by `@workflow`. Call `run_workflow(wf, input)`.
 
     For type checkers it is `Workflow[In, Out]`: `async def f(ctx, input: In) -> Out`.
-    A run's output is JSON, so a workflow returning a pydantic model is a
-    `Workflow[In, dict[str, Any]]` (the model is dumped in JSON mode)."""
+    The run stores its input and output as JSON and gives them back typed by those
+    annotations (DESIGN §16): a workflow returning a pydantic model returns that model."""
 
     id: str
     fn: Callable[[AnyContext, In], Awaitable[Out]]
@@ -105,14 +103,8 @@ def _source_of(fn: Callable[..., Any]) -> str:
 
 class WorkflowDecorator(Protocol):
     """What `workflow(...)` returns: `async def f(ctx, input: X) -> Y` becomes a
-    `Workflow[X, Y]`; a `Workflow[X, dict[str, Any]]` when Y is a pydantic model, since a
-    run's output is the model's JSON."""
+    `Workflow[X, Y]` (a pydantic model Y stays Y: values keep their types)."""
 
-    @overload
-    def __call__(self, fn: Callable[[AnyContext, InputT], Awaitable[M]], /  # type: ignore[overload-overlap]
-                 ) -> Workflow[InputT, dict[str, Any]]: ...
-
-    @overload
     def __call__(self, fn: Callable[[AnyContext, InputT], Awaitable[OutputT]], /
                  ) -> Workflow[InputT, OutputT]: ...
 
@@ -160,4 +152,4 @@ def workflow(
             _output_validator=_validator(output_schema, f"output of {workflow_id!r}"),
         )
 
-    return decorate  # type: ignore[return-value]  # one function serves both overloads
+    return decorate  # type: ignore[return-value]  # typed by WorkflowDecorator

@@ -245,6 +245,13 @@ class PowerCutPosix(Posix):
 
     # ---- the cut --------------------------------------------------------------------------
 
+    def cut_now(self) -> None:
+        """Lose power now, between two operations: what was not synced is gone from the
+        directory tree, and every later call raises `SimulatedCrash`."""
+        with self._lock:
+            self._check("cut_now")
+            self._power_cut()
+
     def _surviving_bytes(self, node: _File) -> bytes:
         if not self.torn or node.data == node.synced:
             return node.synced

@@ -25,7 +25,7 @@ from ..errors import (
     WorldBusyError,
     WorldPathError,
 )
-from . import run_deletion
+from . import incarnations, run_deletion
 from .artifacts import ArtifactStore
 from .catalogue import summary_change
 from .clock import SYSTEM_CLOCK, Clock
@@ -333,6 +333,10 @@ class World:
         if fence is not None:
             fence()
         sequence = ledger.last_sequence + 1
+        # The log fences every executor, lock or no lock (incarnations.py): what this
+        # process knows of the run's newest start is all it read, so an append of an
+        # older execution that lost its sequence is refused once it learnt what won it.
+        incarnations.check_append(run_id, p.type, p.frozen, sequence, ledger.newest_start)
         created_at = utc_now_iso(self.clock.now())
         event = Event(event_id(run_id, sequence), run_id, sequence, p.type, p.frozen,
                       created_at, p.idempotency_key, p.digest)
@@ -349,6 +353,8 @@ class World:
         # Noted before the commit, so the next append of this run can be allocated
         # (and share the commit); rolled back if this one does not commit.
         ledger.note(sequence, p.idempotency_key, p.digest, p.type)
+        if p.type == "run.started":
+            ledger.note_start(sequence, p.frozen)
         # Event 1's identity only from an event the store did not refuse: one refused at
         # once lost the race to another writer's event 1, which is the run's.
         if sequence == 1 and not (ticket.done and not ticket.published):
@@ -485,7 +491,7 @@ class World:
                 return None
             found = self.read_event(run_id, hit[0])
         if hit[1] != digest:
-            raise IdempotencyConflictError(run_id, key, hit[1], digest)
+            raise IdempotencyConflictError(run_id, key, hit[1], digest, sequence=hit[0])
         return found
 
     def _loaded_ledger(self, run_id: str) -> RunLedger:

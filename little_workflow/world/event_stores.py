@@ -6,6 +6,7 @@ The event rules (receipts, artifact references, sequence allocation, digests) li
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sqlite3
@@ -14,12 +15,12 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
-from ..errors import StorageError
+from ..errors import StorageDamagedError, StorageError
 from .catalogue import SqliteCatalogue, StoreCatalogue, SummaryTracker, changes_status
 from .file_catalogue import FileCatalogue
 from .ids import RUN_ID_RE
 from .publish import Publisher
-from .storage_errors import storage_error
+from .storage_errors import DAMAGED_HINT, sqlite_storage_error, storage_error
 
 EVENT_FILE_RE = re.compile(r"(\d{10})\.json")
 T = TypeVar("T")
@@ -268,6 +269,10 @@ class SqliteEventStore(EventStore):
         # run id -> (epoch, first lost sequence, error or None for "taken"): later appends
         # of that epoch fail the same way, so a failed commit never leaves a hole.
         self._lost: dict[str, tuple[int, int, BaseException | None]] = {}
+        # A direct publish_if_absent is one append with nothing allocated behind it: each
+        # gets an epoch of its own (negative: never the World's), so one refused append
+        # does not fail the caller's next one.
+        self._direct_epochs = itertools.count(-1, -1)
         #: True when the World was written before the run catalogue existed (local.py
         #: builds it when the World is opened).
         self.catalogue_needs_build = False
@@ -325,8 +330,9 @@ class SqliteEventStore(EventStore):
             lines = [line.strip() for text in found for line in text.splitlines()
                      if line.strip() and not line.startswith("***")]  # "*** in database main ***"
             where = "; ".join(lines[:2])
-            raise StorageError(self.db_path, f"SQLite: database disk image is malformed ({where})",
-                               DAMAGED_HINT)
+            raise StorageDamagedError(self.db_path,
+                                      f"SQLite: database disk image is malformed ({where})",
+                                      DAMAGED_HINT)
 
     def _prefill_wal(self) -> None:
         """Give the WAL its steady-state size (one autocheckpoint's worth of frames) in
@@ -380,8 +386,8 @@ class SqliteEventStore(EventStore):
                                            "open the World again")
                     return op(*args, **kwargs)
             except sqlite3.OperationalError as e:
-                msg = str(e).lower()
-                if ("locked" not in msg and "busy" not in msg) or attempt == 199:
+                code = getattr(e, "sqlite_errorname", "") or ""
+                if not code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or attempt == 199:
                     raise sqlite_storage_error(self.db_path, e) from None
             except sqlite3.Error as e:
                 raise sqlite_storage_error(self.db_path, e) from None
@@ -397,7 +403,8 @@ class SqliteEventStore(EventStore):
         self, run_id: str, sequence: int, data: bytes, *, durable: bool, idempotency_key: str | None
     ) -> bool:
         return self.enqueue(run_id, sequence, data, durable=durable,
-                            idempotency_key=idempotency_key).wait()
+                            idempotency_key=idempotency_key,
+                            epoch=next(self._direct_epochs)).wait()
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
                 idempotency_key: str | None, epoch: int = 0,
@@ -659,21 +666,3 @@ class SqliteEventStore(EventStore):
                 pass  # closing anyway; the commits themselves were already made
             finally:
                 self._conn.close()
-
-
-DAMAGED_HINT = ("nothing more is written to it: `little verify` lists the runs that can still "
-                "be read; restore it from a backup or move it away")
-
-
-def sqlite_storage_error(db_path: str, e: sqlite3.Error) -> StorageError:
-    name = getattr(e, "sqlite_errorname", "") or ""
-    hint = {
-        "SQLITE_NOTADB": "restore it from a backup or move it away",
-        "SQLITE_CORRUPT": DAMAGED_HINT,
-        "SQLITE_READONLY": "the data dir is read-only: check its permissions",
-        "SQLITE_CANTOPEN": "check that the data dir exists and is writable",
-        "SQLITE_FULL": "the disk is full: free some space and run again",
-        "SQLITE_IOERR": "the disk failed an I/O operation",
-        "SQLITE_PERM": "check the data dir's permissions",
-    }.get("_".join(name.split("_")[:2]), "")  # SQLITE_IOERR_WRITE -> SQLITE_IOERR
-    return StorageError(db_path, f"SQLite: {e}", hint)

@@ -9,6 +9,7 @@ cheapest primitive that really is atomic there.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -21,6 +22,9 @@ from .posix import REAL_POSIX, Posix
 from .shared_state import BoundedSet
 
 TEMP_PREFIX = ".tmp-"
+#: What removing a folder that still holds something fails with: POSIX says ENOTEMPTY or
+#: EEXIST; some fsspec backends raise a bare OSError (no errno) for it.
+NOT_EMPTY_ERRNOS = frozenset({errno.ENOTEMPTY, errno.EEXIST, None})
 
 
 def temp_name_for(path: str) -> str:
@@ -43,6 +47,9 @@ class Publisher(ABC):
     multi_writer: str = ""
     #: True where a folder emptied of its files stays (and is listed) until removed.
     empty_folders_stay: bool = True
+    #: True where `remove` of a file that is not there answers False. An object store's
+    #: delete succeeds either way: it answers True (asking first would cost a request).
+    remove_tells_absence: bool = True
 
     @abstractmethod
     def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
@@ -79,6 +86,12 @@ class Publisher(ABC):
         non-durable events): default, nothing to do."""
         return None
 
+    def cross_process_locks(self, root: str) -> Any:
+        """The run locks (and outer-loop fences) of a World rooted at `root` across
+        processes, or None where this backend has none: run locks then hold within the
+        process only (the README's backend tables say which have them)."""
+        return None
+
     def list_names(self, path: str) -> list[str]:
         """Names (not paths) directly under `path`, temp names excluded, sorted."""
         try:
@@ -96,8 +109,9 @@ class Publisher(ABC):
         return None
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
-        """Remove the file at `path`; False when there was none. `durable=False`: a
-        removal a power cut may undo (for entries whose return does no harm)."""
+        """Remove the file at `path`; False when there was none (where the store can tell:
+        `remove_tells_absence`). `durable=False`: a removal a power cut may undo (for
+        entries whose return does no harm)."""
         try:
             self.fs.rm_file(path)
         except FileNotFoundError:
@@ -109,8 +123,12 @@ class Publisher(ABC):
         where directories are not real). `durable=False`: a removal a power cut may undo."""
         try:
             self.fs.rmdir(path)
-        except (FileNotFoundError, NotADirectoryError, OSError):
-            return False
+        except (FileNotFoundError, NotADirectoryError, FileExistsError):
+            return False  # not there, or (s3fs) a prefix that still holds keys
+        except OSError as e:
+            if e.errno in NOT_EMPTY_ERRNOS:
+                return False
+            raise  # refused or failed: the caller hears of it (a StorageError)
         return True
 
     def info(self, path: str) -> dict[str, Any] | None:
@@ -189,6 +207,15 @@ class LocalPublisher(Publisher):
             with self._unsynced_lock:
                 self._unsynced_dirs.add(directory)
         return True
+
+    def cross_process_locks(self, root: str) -> Any:
+        """Kernel locks on `<root>/locks/` (kernel_locks.py) — on the real disk only, not
+        under a model of one (the power-cut layer of the tests)."""
+        if self.posix is not REAL_POSIX:
+            return None
+        from .kernel_locks import KernelLocks
+
+        return KernelLocks(os.path.join(os.path.normpath(root), "locks"))
 
     def sync(self) -> None:
         with self._unsynced_lock:
@@ -272,8 +299,12 @@ class LocalPublisher(Publisher):
     def remove_dir(self, path: str, *, durable: bool = True) -> bool:
         try:
             self.posix.rmdir(path)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
+        except OSError as e:
+            if e.errno in NOT_EMPTY_ERRNOS:
+                return False
+            raise  # refused or failed (EACCES, EROFS, EIO): not "not empty"
         if durable:
             # The parent may be gone too: another gc deleting the same run at once.
             self._fsync_dir_if_present(os.path.dirname(path))
@@ -401,7 +432,8 @@ class ChainedPublisher(Publisher):
 class DelegatingPublisher(Publisher):
     """A filesystem that brings its own primitives (our adapters): the same names and
     signatures as a Publisher's — `publish_if_absent(path, data, *, durable=True)`,
-    optionally `replace(path, data, *, durable=True)`, and the `blocking` flag."""
+    optionally `replace(path, data, *, durable=True)` and `sync()`, and the `blocking`
+    flag."""
 
     def __init__(self, fs: Any):
         self.fs = fs
@@ -417,6 +449,19 @@ class DelegatingPublisher(Publisher):
             self.fs.replace(path, data, durable=durable)
         else:
             super().replace(path, data, durable=durable)
+
+    def sync(self) -> None:
+        # An adapter that honours durable=False brings the sync that makes up for it.
+        if callable(getattr(self.fs, "sync", None)):
+            self.fs.sync()
+
+    def make_durable(self, folder: str) -> None:
+        if callable(getattr(self.fs, "make_durable", None)):
+            self.fs.make_durable(folder)
+
+    def cross_process_locks(self, root: str) -> Any:
+        locks = getattr(self.fs, "cross_process_locks", None)
+        return locks(root) if callable(locks) else None
 
 
 class PrefixedPublisher(Publisher):
@@ -453,11 +498,18 @@ class PrefixedPublisher(Publisher):
     def empty_folders_stay(self) -> bool:  # type: ignore[override]
         return self.inner.empty_folders_stay
 
+    @property
+    def remove_tells_absence(self) -> bool:  # type: ignore[override]
+        return self.inner.remove_tells_absence
+
     def sync(self) -> None:
         self.inner.sync()
 
     def make_durable(self, folder: str) -> None:
         self.inner.make_durable(self._join(folder))
+
+    def cross_process_locks(self, root: str) -> Any:
+        return self.inner.cross_process_locks(self._join(root))
 
     def remove(self, path: str, *, durable: bool = True) -> bool:
         return self.inner.remove(self._join(path), durable=durable)

@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import LittleWorkflowError
 from .catalogue import fold_envelopes, summary_lags
 from .ids import RUN_ID_RE, event_id, find_artifact_refs, request_digest
+from .incarnations import history_problems
 
 
 @dataclass
@@ -57,7 +58,9 @@ def verify_world(world: Any) -> VerifyReport:
     (`.ok`, `.problems` keyed by run id or "artifacts", counts checked). Read-only.
 
     Checks: every artifact re-hashed against its manifest and owned by a run that has a
-    log; every run's log contiguous from sequence 1 and self-consistent; every
+    log; every run's log contiguous from sequence 1, self-consistent, and a history one
+    executor at a time could write (no step committed twice, no record of an execution
+    after a newer one started, starts rising: DESIGN §15); every
     outer-loop manifest's finished cycles naming runs that have a log. A wiped event store
     under surviving artifacts is therefore not ok. `little verify` prints this report and
     exits 1 when it is not ok."""
@@ -105,11 +108,21 @@ def verify_world(world: Any) -> VerifyReport:
                     world.artifacts.read_manifest(ref)
                 except LittleWorkflowError as e:
                     report.add(run_id, f"event {seq} references {ref}: {e}")
+        _check_one_executor(run_id, envelopes, report)
         if run_id not in report.problems:
             folds[run_id] = fold_envelopes(run_id, envelopes)
     if world.catalogue is not None:
         _check_catalogue(world, folds, logged, report)
     return report
+
+
+def _check_one_executor(run_id: str, envelopes: list[dict[str, Any]],
+                        report: VerifyReport) -> None:
+    """DESIGN §15: what no single executor writes (incarnations.history_problems)."""
+    records = [(int(env["sequence"]), str(env.get("type")), env.get("payload"))
+               for env in envelopes]
+    for _, problem in history_problems(records):
+        report.add(run_id, problem)
 
 
 def _check_catalogue(world: Any, folds: dict[str, dict[str, Any] | None], logged: set[str],

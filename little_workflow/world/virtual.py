@@ -9,6 +9,7 @@ from .core import World
 from .event_stores import FileEventStore
 from .publish import publisher_for
 from .shared_state import normalize_root, storage_state_for
+from .storage_errors import storage_error
 
 _url_filesystems: dict[tuple[str, str], Any] = {}
 _url_guard = threading.Lock()
@@ -72,7 +73,10 @@ def virtual_world(
 
         root = os.path.abspath(root)
     publisher = publisher_for(fs)
-    publisher.ensure_dir(root)
+    try:
+        publisher.ensure_dir(root)
+    except OSError as e:  # a read-only or unwritable place, a file in the way
+        raise storage_error(e, root) from None
     state = storage_state_for(fs, root)
     try:
         world = World(
@@ -89,6 +93,9 @@ def virtual_world(
         )
         world.catalogue.ensure_built()
         return world
+    except OSError as e:  # writing the catalogue's marker: the storage refused it
+        state.closed()  # no World took the count
+        raise storage_error(e, root) from None
     except BaseException:
         state.closed()  # no World took the count
         raise

@@ -40,9 +40,6 @@ CHAOS_IDS = [f"run_c{i:02d}" for i in range(14)]
 PIPE_IDS = [f"run_p{i:02d}" for i in range(4)]
 #: Pauses between actions are this many times longer (a slower backend: S3 on moto).
 PACE = float(os.environ.get("LW_CHAOS_PACE", "1"))
-#: Only the worker executes runs (a local-file virtual world: its run locks live in the
-#: process, DESIGN §5/§6, so two executing processes are outside what it promises).
-ONE_EXECUTOR = os.environ.get("LW_CHAOS_ONE_EXECUTOR") == "1"
 #: Errors a correct World never raises, whoever calls.
 ALARMING = (lw.EventLogCorruptError, lw.RuntimeIntegrityError)
 
@@ -143,7 +140,7 @@ class Actor:
             else:
                 run_id = self.rng.choice(CHAOS_IDS)
             value = chaos_input(run_id)
-            if roll > 0.8 and not ONE_EXECUTOR:  # run it here (suspending at its sleep)
+            if roll > 0.8:  # run it here (suspending at its sleep)
                 self.attempt("run", run_id, lambda: lw.run_workflow(
                     flows.chaos, value, world=self.world, run_id=run_id, suspend=True))
             else:

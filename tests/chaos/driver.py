@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from chaos import history, mutants
 from chaos.flows import LEDGER_ENV, STEP_SECONDS_ENV, WAIT_RESULT_STEPS, WORKER_TARGETS
+from chaos.unfenced import UNFENCED_ENV
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
@@ -80,6 +81,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               links: dict[str, SlowLink] | None = None, slow_seconds: float = 0.0,
               lock_owners: Callable[[], dict[str, int]] | None = None,
               workers: tuple[str, ...] = ("worker0", "worker1"),
+              unfenced: str | None = None, step_seconds: float = 0.03,
               open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage.
@@ -90,13 +92,17 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     `links`: process name -> the `SlowLink` it reaches the store through (its env
     `FSSPEC_S3_ENDPOINT_URL`); a worker holding a lease is then also slowed down now and
     then: what it sends is held until another worker has taken one of its locks over (at
-    most `slow_seconds`), then let through."""
+    most `slow_seconds`), then let through.
+
+    `unfenced` (`locks` or `locks,fence`): every process of the chaos (not the drain) runs
+    with those protections of DESIGN §15 taken away (`chaos.unfenced`) — the test of the
+    test."""
     rng = random.Random(seed)
     os.makedirs(workdir, exist_ok=True)
     ledger = os.path.join(workdir, "ledger.jsonl")
     env = {**os.environ, **(extra_env or {}),
            "PYTHONPATH": os.pathsep.join([ROOT, TESTS]),
-           LEDGER_ENV: ledger, STEP_SECONDS_ENV: "0.03", "LW_CHAOS_PACE": str(pace)}
+           LEDGER_ENV: ledger, STEP_SECONDS_ENV: str(step_seconds), "LW_CHAOS_PACE": str(pace)}
     for link in (links or {}).values():
         link.peers = [other for other in links.values() if other is not link]
     started = time.time()
@@ -104,6 +110,9 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     procs: dict[str, Proc] = {}
     pids: dict[int, str] = {}  # every process started -> its role
     restarts = 0
+
+    if unfenced:
+        env[UNFENCED_ENV] = unfenced
 
     def actor_argv(role: str, until: float = 0.0) -> list[str]:
         return [sys.executable, "-m", "chaos.actors", role, spec,
@@ -115,6 +124,9 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                              *world_args(spec)]
         else:
             argv = actor_argv(name)
+        if unfenced:
+            argv = [sys.executable, "-m", "chaos.unfenced",
+                    "little" if name.startswith("worker") else "actor", *argv[3:]]
         own_env = env
         if links and name in links:
             own_env = {**env, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{links[name].port}"}
@@ -210,8 +222,9 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     chaos_seconds = time.time() - chaos_started
     before_drain = logs_before_drain(open_world)
 
+    drain_env = {k: v for k, v in env.items() if k != UNFENCED_ENV}
     drain = subprocess.run(actor_argv("drain", time.time() + drain_seconds),
-                           env=env, cwd=ROOT, capture_output=True, text=True)
+                           env=drain_env, cwd=ROOT, capture_output=True, text=True)
     drain_text = drain.stdout + drain.stderr
     with open(os.path.join(workdir, "drain.log"), "w") as f:
         f.write(drain_text)

@@ -35,6 +35,9 @@ Rules (the `rule` of a `Violation`):
 - `unfinished`      (final) a run has no terminal event after the drain.
 - `failed`          a run failed with an error `allowed_failures` does not name (`Type`
                     or `Type~text in its message`).
+- `attempt-ended-twice`, `older-incarnation`, `start-not-rising`: what no single
+                    executor writes (DESIGN §15), the rules `little verify` applies
+                    (`little_workflow.world.incarnations.history_problems`).
 
 What users see (`check_what_users_see`, after the drain, with the catalogue as
 `lw.list_runs` shows it — `read_catalogue` — and the logs as they were before the drain):
@@ -164,6 +167,7 @@ def check(logs: Mapping[str, Any], ledger: Iterable[dict[str, Any]],
         out += check_steps(run_id, events, by_token, by_step, opts)
         out += check_signals(run_id, events, opts)
         out += check_failure(run_id, events, opts)
+        out += check_one_executor(run_id, events)
         if opts.final and status(events) is None:
             out.append(Violation("unfinished", run_id, f"no terminal event after the drain "
                                  f"(last: {events[-1].type if events else 'none'})"))
@@ -241,6 +245,16 @@ def check_steps(run_id: str, events: list[Any], by_token: dict[str, dict[str, An
                         f"pid {r['pid']} (attempt {r['attempt']}) "
                         f"{r['started'] - committed_at:.2f} s later")))
     return out
+
+
+def check_one_executor(run_id: str, events: list[Any]) -> list[Violation]:
+    """DESIGN §15's rules, as `little verify` applies them (`committed-twice` is this
+    checker's own rule above)."""
+    from little_workflow.world.incarnations import history_problems
+
+    records = [(e.sequence, e.type, plain(e.payload)) for e in events]
+    return [Violation(rule, run_id, message) for rule, message in history_problems(records)
+            if rule != "committed-twice"]
 
 
 def check_overlaps(by_step: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list[Violation]:
