@@ -45,6 +45,7 @@ from .errors import (
     UnsupportedSourceError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    WorkflowVersionError,
     WorldBusyError,
     WorldPathError,
 )
@@ -207,6 +208,7 @@ __all__ = [
     "Workflow",
     "WorkflowFailedError",
     "WorkflowMismatchError",
+    "WorkflowVersionError",
     "World",
     "WorldBusyError",
     "WorldPathError",
