@@ -352,3 +352,39 @@ def test_a_reader_follows_a_stream_while_the_writer_is_killed_and_resumed(make_w
     assert [e.payload["position"] for e in written] == list(range(n))
     with open(ledger, encoding="utf-8") as f:  # no completed step ran twice
         assert f.read().split() == [f"work/{i}" for i in range(n) if i != hold]
+
+
+def test_the_inspector_and_little_events_name_each_stream_record(memory_world: Any,
+                                                                 tmp_path: Any) -> None:
+    from little_workflow.ops.inspect import run_page_data
+
+    def speaker() -> str:
+        lw.current_step().write_stream("log", "from the step")
+        return "ok"
+
+    @lw.workflow(id="labelled")
+    async def labelled(ctx: lw.RunContext, input: None) -> str:
+        await ctx.write_stream("tokens", "hi")
+        await ctx.step("speak", speaker)
+        await ctx.close_stream("tokens")
+        return "done"
+
+    lw.run_workflow(labelled, None, world=memory_world, run_id="run_lb1")
+    rows = run_page_data(memory_world, "run_lb1")["events"]
+    labels = [(row[1], row[3]) for row in rows if row[1].startswith("stream.")]
+    # Workflow-code records carry no step path: labelled by their stream; a step's write by
+    # its step.
+    assert labels == [("stream.written", "stream/tokens"), ("stream.written", "speak"),
+                      ("stream.closed", "stream/tokens")]
+    from click.testing import CliRunner
+
+    from little_workflow.cli import cli
+
+    with lw.local_world(str(tmp_path / "data")) as w:
+        lw.run_workflow(labelled, None, world=w, run_id="run_lb2")
+        shown = CliRunner().invoke(cli, ["events", "run_lb2", "--data-dir", w.data_dir],
+                                   terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    lines = [line for line in shown.output.splitlines() if "stream." in line]
+    assert ["stream/tokens" in lines[0], "speak" in lines[1], "stream/tokens" in lines[2]] \
+        == [True, True, True], shown.output

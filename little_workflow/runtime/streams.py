@@ -43,6 +43,17 @@ def stream_path(key: str) -> str:
     return f"stream/{key}"
 
 
+def record_label(event_type: str, payload: Any) -> str | None:
+    """What an event list names a stream record by: the step that wrote it, else its
+    stream (`stream/<key>`: a write or close from workflow code). None for other events."""
+    if event_type not in (WRITTEN, CLOSED) or not isinstance(payload, dict):
+        return None
+    key, step_path = payload.get("key"), payload.get("stepPath")
+    if isinstance(step_path, str):
+        return step_path
+    return stream_path(key) if isinstance(key, str) else None
+
+
 def _check_key(run_id: str, key: Any, where: str) -> str:
     if not isinstance(key, str) or not key or len(key) > KEY_LIMIT:
         raise StepError(run_id, where, f"a stream key is a non-empty string of at most "
