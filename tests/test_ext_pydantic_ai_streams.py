@@ -31,7 +31,11 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel 
 from pydantic_ai.run import AgentRunResultEvent  # noqa: E402
 
 import little_workflow as lw  # noqa: E402
-from little_workflow.ext.pydantic_ai import LittleWorkflowDurability, agent_events  # noqa: E402
+from little_workflow.ext.pydantic_ai import (  # noqa: E402
+    LittleWorkflowDurability,
+    aagent_events,
+    agent_events,
+)
 
 CHUNKS = ["sunny", " in", " Paris", " and", " Oslo"]
 
@@ -211,3 +215,44 @@ def test_without_a_stream_key_nothing_is_written(lw_world: Any) -> None:
 
     lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_q1")
     assert not [e for e in lw_world.list_events("run_q1") if e.type.startswith("stream.")]
+
+
+def test_aagent_events_reads_the_same_events_in_async_code(lw_world: Any) -> None:
+    agent = chunky_agent(Calls(), "async_reader", stream="agent")
+
+    @lw.workflow(id="async-reader")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run(input["q"])).output}
+
+    lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_sa1")
+
+    async def read() -> list[Any]:
+        return [e async for e in aagent_events(lw_world, "run_sa1", "agent")]
+
+    got = asyncio.run(read())
+    assert got == list(agent_events(lw_world, "run_sa1", "agent"))
+    assert isinstance(got[-1], AgentRunResultEvent) and len(text_deltas(got)) == len(CHUNKS) - 1
+
+
+def test_a_resumed_agent_run_writes_its_workflow_side_events_once(lw_world: Any) -> None:
+    """The run stops (suspend) waiting after the agent ran once; resumed, the agent's
+    steps come from the log: no model call, and no event written again."""
+    calls = Calls()
+    agent = chunky_agent(calls, "resumer", stream="agent")
+
+    @lw.workflow(id="resumer")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        first = (await agent.run(input["q"])).output
+        more = await ctx.wait_for_event("more", "more")
+        return {"output": first, "more": more}
+
+    waiting = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_rs1",
+                              suspend=True)
+    assert waiting.status == "waiting"
+    before = list(agent_events(lw_world, "run_rs1", "agent", follow=False))
+    model_calls = calls.model
+    lw.send_event(lw_world, "run_rs1", "more", "yes")
+    done = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_rs1")
+    assert done.output == {"output": "".join(CHUNKS), "more": "yes"}
+    assert calls.model == model_calls
+    assert list(agent_events(lw_world, "run_rs1", "agent")) == before
