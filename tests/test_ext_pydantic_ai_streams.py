@@ -256,3 +256,68 @@ def test_a_resumed_agent_run_writes_its_workflow_side_events_once(lw_world: Any)
     assert done.output == {"output": "".join(CHUNKS), "more": "yes"}
     assert calls.model == model_calls
     assert list(agent_events(lw_world, "run_rs1", "agent")) == before
+
+
+def test_a_reader_follows_an_agent_while_its_process_is_killed_and_resumed(tmp_path: Any) -> None:
+    """SIGKILL while the model streams the answer: the reader saw its first chunk. Resumed,
+    the answer's request runs again (its events come again: at least once, from a fresh
+    PartStartEvent); the first request, the tool calls and their results, written before
+    the kill, come once; the run's result once, last."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pydantic_ai.messages import PartStartEvent
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, tests)
+    from pydantic_ai_stream_child import CHUNKS as ANSWER
+    from pydantic_ai_stream_child import gated
+
+    data, gate = str(tmp_path / "data"), str(tmp_path / "gate")
+    with lw.local_world(data) as world:
+        lw.start_workflow(gated, {"q": "weather?"}, world=world, run_id="run_ak1")
+    read: list[Any] = []
+
+    def follow() -> None:
+        with lw.local_world(data) as world:
+            read.extend(agent_events(world, "run_ak1", "agent"))
+
+    def text_starts() -> int:
+        return sum(1 for e in list(read)
+                   if isinstance(e, PartStartEvent) and isinstance(e.part, TextPart))
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
+    args = [sys.executable, os.path.join(tests, "pydantic_ai_stream_child.py"), data, "run_ak1",
+            gate]
+    first = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while text_starts() == 0 and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.02)
+        assert text_starts() == 1, (read, first.poll())
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    assert first.returncode == -signal.SIGKILL
+    assert reader.is_alive()  # the run is unfinished: its stream stays open
+    open(gate, "w").close()
+    second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout) == {"output": "".join(ANSWER)}
+    reader.join(60)
+    assert not reader.is_alive()
+    assert text_starts() == 2
+    assert sum(isinstance(e, FunctionToolCallEvent) for e in read) == 2
+    assert sum(isinstance(e, FunctionToolResultEvent) for e in read) == 2
+    assert sum(isinstance(e, AgentRunResultEvent) for e in read) == 1
+    assert isinstance(read[-1], AgentRunResultEvent)
+    last_start = max(i for i, e in enumerate(read)
+                     if isinstance(e, PartStartEvent) and isinstance(e.part, TextPart))
+    answer = read[last_start].part.content + "".join(text_deltas(read[last_start:]))
+    assert answer == "".join(ANSWER)
