@@ -82,12 +82,13 @@ class _LittleWorkflowSide:
         return str(result.output)
 
     def steps(self) -> Counter:
-        """Durable records of the last run: each step's success and each recorded value
-        (the agent run's id and start time), by kind."""
+        """Durable records of the last run: each step's success (`.../model` or
+        `.../<tool>/<call id>`) and each recorded value, by kind."""
         kinds: Counter = Counter()
         for e in self.world.list_events(self.run_id):
             if e.type == "step.succeeded":
-                kinds["tool" if "tool" in e.payload["stepPath"] else "model"] += 1
+                unit = e.payload["stepPath"].rsplit("/", 2)
+                kinds["model" if unit[-1].startswith("model") else "tool"] += 1
             elif e.type == "value.recorded":
                 kinds["value.recorded"] += 1
         return kinds

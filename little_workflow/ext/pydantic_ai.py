@@ -17,12 +17,12 @@ step (`ctx.step`) whose path says which agent run, which turn, and what:
     pydantic-ai/support-1/2/model          the next request (turn = Pydantic AI's run step)
 
 `support-1` is the agent's name and the number of its run in this workflow run (in the
-order the agent runs start, as `ctx.uuid()` values are recorded); a tool call is keyed by
-its tool-call id, never by the order calls finish in, so concurrent agent runs and
-parallel tool calls cannot swap results on resume. A resumed (or replayed) run gets every
-committed response and tool result from the log and calls nothing committed again. The
-agent run id and start time come from `ctx.uuid()` and `ctx.now()`, so they are the same on
-resume; waits inside the agent graph (polling a model's background job) are `ctx.sleep`
+order the agent runs start); a tool call is keyed by its tool-call id, never by the order
+calls finish in, so concurrent agent runs and parallel tool calls cannot swap results on
+resume. A resumed (or replayed) run gets every committed response and tool result from the
+log and calls nothing committed again. The agent run id is `<workflow run id>:<label>`
+(`run_a1:support-1`, nothing recorded: a resumed run starts its agent runs in the same
+order) and its start time comes from `ctx.now()`, so both are the same on resume; waits inside the agent graph (polling a model's background job) are `ctx.sleep`
 timers: a resumed run waits only until the committed wake time. A failed model request or
 tool call is recorded with its type (name, module, qualified name) and, served from the
 log, raises the same class again (`recorded_exception` says what is kept), so a body that
@@ -151,10 +151,13 @@ class _RunPaths:
         self._started: WeakKeyDictionary[RunContext, dict[str, int]] = WeakKeyDictionary()
         self._seen: WeakKeyDictionary[RunContext, dict[str, int]] = WeakKeyDictionary()
 
-    def label_new_run(self, ctx: RunContext, run_id: str, agent_name: str) -> None:
+    def label_new_run(self, ctx: RunContext, agent_name: str) -> str:
+        """A label for an agent run starting now: `<agent name>-<n>`."""
         started = self._started.setdefault(ctx, defaultdict(int))
         started[agent_name] += 1
-        self._labels.setdefault(ctx, {})[run_id] = f"{agent_name}-{started[agent_name]}"
+        label = f"{agent_name}-{started[agent_name]}"
+        self._labels.setdefault(ctx, {})[f"{ctx.run_id}:{label}"] = label
+        return label
 
     def label(self, ctx: RunContext, run_id: str) -> str:
         """The agent run's label; a run id the caller chose (`agent.run(run_id=...)`) is
@@ -407,11 +410,12 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         ctx = _in_workflow_body()
         if ctx is None:
             return None
-        # Recorded in the run's log: a resumed or replayed run gets the same id, and the
-        # same label (its number among this agent's runs, taken in the same order).
-        run_id = f"agent-{ctx.uuid().hex}"
-        _RUN_PATHS.label_new_run(ctx, run_id, _name_segment(self.name))
-        return run_id
+        # The workflow run's id and the agent run's label (its number among this agent's
+        # runs in the workflow run, in the order they start): a resumed or replayed run
+        # starts them in the same order and gets the same ids, with nothing recorded —
+        # as DBOS derives its agent run ids from the workflow id and step.
+        label = _RUN_PATHS.label_new_run(ctx, _name_segment(self.name))
+        return f"{ctx.run_id}:{label}"
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         return conversation_id_from_run_id(run_id) if self.in_durable_context else None
