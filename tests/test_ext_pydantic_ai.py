@@ -369,6 +369,61 @@ def test_denied_tool_call_is_not_run(lw_world: Any) -> None:
     assert deleted == [] and done.output == {"output": "result: not that file"}
 
 
+def test_each_call_waiting_for_approval_is_listed_and_answered_on_its_own(lw_world: Any) -> None:
+    from pydantic_ai import DeferredToolRequests
+
+    from little_workflow.ext.pydantic_ai import wait_for_approvals
+
+    done: list[str] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart("; ".join(sorted(str(p.content) for p in returns)))])
+        return ModelResponse(parts=[
+            ToolCallPart("delete_file", {"name": "a.txt"}, tool_call_id="d1"),
+            ToolCallPart("refund", {"order": "A-17", "amount": 20}, tool_call_id="r1")])
+
+    agent = Agent(FunctionModel(model_fn), name="clerk", output_type=[str, DeferredToolRequests],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(name: str) -> str:
+        done.append(name)
+        return f"deleted {name}"
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order: str, amount: int) -> str:
+        done.append(order)
+        return f"refunded {order}"
+
+    @lw.workflow(id="clerk")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("tidy up")
+        if isinstance(result.output, DeferredToolRequests):
+            decisions = await wait_for_approvals(ctx, "approve", result.output)
+            result = await agent.run(message_history=result.all_messages(),
+                                     deferred_tool_results=decisions)
+        return {"output": result.output}
+
+    assert lw.run_workflow(wf, {}, world=lw_world, run_id="run_cl1", suspend=True).status == "waiting"
+    pending = lw.pending_approvals(lw_world)
+    assert [(p.run_id, p.workflow_id, p.tool_call_id, p.tool_name, p.args) for p in pending] == [
+        ("run_cl1", "clerk", "d1", "delete_file", {"name": "a.txt"}),
+        ("run_cl1", "clerk", "r1", "refund", {"order": "A-17", "amount": 20})]
+    # One call answered: the run goes on waiting for the other, which alone is pending.
+    lw.approve_tool_call(lw_world, "run_cl1", "r1")
+    again = lw.run_workflow(wf, {}, world=lw_world, run_id="run_cl1", suspend=True)
+    assert again.status == "waiting" and done == []
+    assert [p.tool_call_id for p in lw.pending_approvals(lw_world)] == ["d1"]
+    lw.approve_tool_call(lw_world, "run_cl1", "d1", approved=False, reason="keep a.txt")
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_cl1", suspend=True)
+    assert res.status == "completed" and done == ["A-17"]
+    assert res.output == {"output": "keep a.txt; refunded A-17"}
+    assert lw.pending_approvals(lw_world) == []
+    assert lw.replay_run(lw_world, "run_cl1", wf).output == res.output
+
+
 def test_run_stream_and_an_event_stream_handler_are_durable(lw_world: Any) -> None:
     counter = Counter()
     seen: list[str] = []

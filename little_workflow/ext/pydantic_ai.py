@@ -98,6 +98,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from ..errors import StepFailedError
+from ..runtime.approvals import TOOL_APPROVAL
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
 
@@ -465,26 +466,45 @@ async def wait_for_approvals(
     (tools with `requires_approval=True`), and return the `DeferredToolResults` to pass to
     the next `agent.run(message_history=..., deferred_tool_results=...)`.
 
-    The decision arrives as an event sent to the run:
-    `lw.send_event(world, run_id, "approval", {"approvals": {tool_call_id: true | false |
-    "reason it was denied"}})`; a call the payload does not name is denied. It is a
-    `ctx.wait_for_event`, so with `run_workflow(..., suspend=True)` the run stops while it
-    waits and continues where it was once the event is sent. None when `timeout` passes.
+    Each decision arrives as an event sent to the run — `lw.approve_tool_call(world,
+    run_id, tool_call_id, approved=..., reason=...)`, `little approve RUN CALL_ID [--deny]`,
+    or by hand `lw.send_event(world, run_id, "approval", {"approvals": {tool_call_id: true
+    | false | "reason it was denied"}})` — and one event may decide several calls. Until
+    every call is decided the run waits again (`path`, then `path-2`, `path-3`…), each
+    wait recording the calls still undecided (tool name, arguments, call id), which is
+    what `lw.pending_approvals(world)` and `little approvals` list. These are
+    `ctx.wait_for_event`s, so with `run_workflow(..., suspend=True)` the run stops while it
+    waits and continues where it was once an event is sent. `timeout` (seconds) applies to
+    each wait; None when one passes.
     """
-    payload = await ctx.wait_for_event(path, event_name, timeout=timeout)
-    if payload is None:
-        return None
-    decisions = payload.get("approvals") if isinstance(payload, dict) else None
-    if not isinstance(decisions, dict):
-        raise ValueError(
-            f"approval event for step {path!r} of run {ctx.run_id}: expected "
-            f"{{'approvals': {{tool_call_id: true | false | 'reason'}}}}, got {payload!r}")
+    calls = {call.tool_call_id: call for call in requests.approvals}
+    decisions: dict[str, Any] = {}
+    round_ = 1
+    while len(decisions) < len(calls):
+        undecided = [call for call_id, call in calls.items() if call_id not in decisions]
+        wait_path = path if round_ == 1 else f"{path}-{round_}"
+        request = {"kind": TOOL_APPROVAL, "calls": [
+            {"toolCallId": call.tool_call_id, "toolName": call.tool_name,
+             "args": call.args_as_dict()} for call in undecided]}
+        payload = await ctx.wait_for_event(wait_path, event_name, timeout=timeout,
+                                           request=request)
+        if payload is None:
+            return None
+        answered = payload.get("approvals") if isinstance(payload, dict) else None
+        if not isinstance(answered, dict):
+            raise ValueError(
+                f"approval event for step {wait_path!r} of run {ctx.run_id}: expected "
+                f"{{'approvals': {{tool_call_id: true | false | 'reason'}}}}, got {payload!r}")
+        for call in undecided:
+            if call.tool_call_id in answered:
+                decisions[call.tool_call_id] = answered[call.tool_call_id]
+        round_ += 1
     approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
-    for call in requests.approvals:
-        decision = decisions.get(call.tool_call_id, False)
+    for call_id in calls:
+        decision = decisions[call_id]
         if decision is True:
-            approvals[call.tool_call_id] = True
+            approvals[call_id] = True
         else:
             reason = decision if isinstance(decision, str) else "The tool call was not approved."
-            approvals[call.tool_call_id] = ToolDenied(reason)
+            approvals[call_id] = ToolDenied(reason)
     return DeferredToolResults(approvals=approvals)
