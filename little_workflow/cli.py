@@ -28,7 +28,6 @@ from .ops.cli_support import (
     run_rows,
 )
 from .world.ids import new_run_id
-from .world.verify import verify_world
 
 
 def interruptible() -> Any:
@@ -57,13 +56,15 @@ class UserError(click.ClickException):
 
 
 def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = False,
-                  on_damaged: Callable[..., Any] | None = None) -> Any:
+                  on_damaged: Callable[..., Any] | None = None,
+                  catalogue_only: bool = False) -> Any:
     """`--data-dir DIR` / `--world URL` for a command, which gets `world=`. A read-only
     command (`@world_options(read_only=True)`) never creates a data dir. A damaged
     events.db is refused when opened; `on_damaged(data_dir, error, **kwargs)` is called
     instead of the command where it can do better (verify: what can still be read)."""
     if fn is None:
-        return functools.partial(world_options, read_only=read_only, on_damaged=on_damaged)
+        return functools.partial(world_options, read_only=read_only, on_damaged=on_damaged,
+                                 catalogue_only=catalogue_only)
 
     @click.option("--data-dir", default=None, metavar="DIR",
                   help="local_world data dir (default $LITTLE_DATA_DIR, else .little-workflow)")
@@ -83,8 +84,9 @@ def world_options(fn: Callable[..., Any] | None = None, *, read_only: bool = Fal
         ctx.meta["little.world_args"] = (["--data-dir", data_dir] if data_dir else
                                          ["--world", world_url] if world_url else [])
         try:
-            world = open_world(data_dir, world_url, read_only=read_only,
-                               run_id=kwargs.get("run_id"),
+            # --repair rebuilds the catalogue: the one reading command that writes.
+            world = open_world(data_dir, world_url, read_only=read_only and not kwargs.get("repair"),
+                               run_id=kwargs.get("run_id"), catalogue_only=catalogue_only,
                                note=lambda line: click.echo(line, err=True))
         except lw.StorageError as e:
             if on_damaged is None or not is_damaged_events_db(e):
@@ -127,7 +129,9 @@ def _dump(value: Any) -> None:
 @click.option("--world", "world_url", default=None, metavar="URL", help="virtual_world URL")
 @click.version_option(lw.__version__, prog_name="little")
 def cli(data_dir: str | None, world_url: str | None) -> None:
-    """little-workflow: run, inspect, replay and verify durable workflows."""
+    """little-workflow: run, inspect, replay and verify durable workflows.
+
+    A run id is run_ followed by 1 to 80 letters, digits, _ or - (run_2024-06-01_a)."""
 
 
 def _load_workflow(target: str) -> Any:
@@ -136,19 +140,28 @@ def _load_workflow(target: str) -> Any:
 
 @cli.command()
 @click.argument("target", metavar="MODULE:WORKFLOW")
-@click.option("--input", "input_json", default="null", help="the input, as JSON")
-@click.option("--run-id", default=None, help="run id (default: a new run_<uuid>)")
+@click.option("--input", "input_json", default=None, metavar="JSON",
+              help="the input, as JSON (resuming --run-id: default the run's stored input)")
+@click.option("--run-id", default=None, metavar="ID",
+              help="run id, run_ then letters, digits, _ or - (default: a new run_<uuid>); "
+                   "an existing run's id resumes it")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @world_options
-def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: Any) -> None:
+def run(target: str, input_json: str | None, run_id: str | None, as_json: bool,
+        world: Any) -> None:
     """Start (or resume) a run of MODULE:WORKFLOW (or path/to/file.py:WORKFLOW)."""
     wf = _load_workflow(target)
-    try:
-        value = json.loads(input_json)
-    except ValueError as e:
-        raise UserError(f"--input is not valid JSON: {e}") from None
     run_id = run_id or new_run_id()
-    before = lw.materialize_run_state(world, run_id).status if world.list_events(run_id) else None
+    events = world.list_events(run_id)
+    stored = _stored_input(world, events)
+    if input_json is None:
+        value = stored[0] if stored else None
+    else:
+        try:
+            value = json.loads(input_json)
+        except ValueError as e:
+            raise UserError(f"--input is not valid JSON: {e}") from None
+    before = lw.materialize_run_state(world, run_id).status if events else None
     console = _console()
     progress = StepProgress()
     seen = progress.done
@@ -163,13 +176,27 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
         with interruptible():
             result = _run_traced(wf, value, run_id, world, console, on_call, seen, as_json)
     except KeyboardInterrupt:
-        resume = ["little", "run", target, "--run-id", run_id]
-        resume += ["--input", input_json] if input_json != "null" else []
+        resume = ["little", "run", target, "--run-id", run_id]  # takes the stored input
         resume += click.get_current_context().meta.get("little.world_args", [])
         click.echo(f"interrupted: run {run_id} is unfinished; its completed steps are kept. "
                    "Resume it with:", err=True)
         click.echo("  " + shlex.join(resume), err=True)
         sys.exit(130)
+    except lw.WorkflowMismatchError:
+        raise
+    except lw.InputMismatchError:
+        shown = json.dumps(stored[0] if stored else None, ensure_ascii=False)
+        shown = shown if len(shown) <= 300 else shown[:297] + "..."
+        raise UserError(f"run {run_id} was created with input {shown}, not {input_json}: "
+                        "leave out --input to resume it with its stored input, or give a new "
+                        "--run-id for a new input") from None
+    except lw.SchemaValidationError:
+        if input_json is not None or stored:
+            raise
+        schema = json.dumps(wf.input_schema, ensure_ascii=False) if wf.input_schema else ""
+        raise UserError(f"no --input given: workflow {wf.id!r} takes an input"
+                        + (f" matching {schema}" if schema else "")
+                        + "; give it as --input JSON") from None
     except lw.WorkflowFailedError as e:
         if as_json:
             _dump({"runId": run_id, "status": "failed", "output": None, "workflowId": wf.id,
@@ -179,7 +206,7 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
         message = str(e)
         if before == "failed":
             message += (" — this is the stored result of an earlier attempt (a failed run is "
-                        f"not run again); to run it again from the failed step: little fork {run_id}")
+                        f"not run again); {_fork_hint(world, run_id)}")
         raise UserError(message) from None
     if before == "completed":
         click.echo(f"run {run_id} had already completed: this is its stored result "
@@ -203,8 +230,8 @@ def run(target: str, input_json: str, run_id: str | None, as_json: bool, world: 
               help="runs per page")
 @click.option("--cursor", default=None, metavar="CURSOR", help="the page after this cursor")
 @click.option("--all", "every_page", is_flag=True, help="every page, not only the first")
-@click.option("--json", "as_json", is_flag=True)
-@world_options(read_only=True)
+@click.option("--json", "as_json", is_flag=True, help="print the runs as JSON (one object per run)")
+@world_options(read_only=True, catalogue_only=True)
 def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, limit: int,
          cursor: str | None, every_page: bool, as_json: bool, world: Any) -> None:
     """List runs, newest first, a page at a time: id, status, workflow, started (UTC),
@@ -217,8 +244,14 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
             age = parse_age(since)
         except ValueError as e:
             raise UserError(f"--since: {e}") from None
-    rows, next_cursor = run_rows(world, statuses=statuses, workflow_id=workflow_id, since=age,
-                                 limit=limit, cursor=cursor, every_page=every_page)
+    try:
+        rows, next_cursor = run_rows(world, statuses=statuses, workflow_id=workflow_id,
+                                     since=age, limit=limit, cursor=cursor, every_page=every_page)
+    except lw.CatalogueQueryError as e:
+        if e.argument != "cursor":
+            raise
+        raise UserError(f"--cursor {cursor}: not a cursor little runs printed for this World "
+                        "(copy it from the line 'more runs: add --cursor ...')") from None
     more = (f"more runs: add --cursor {next_cursor} for the next page, or --all"
             if next_cursor else None)
     if as_json:
@@ -226,13 +259,51 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
         if more:
             click.echo(more, err=True)
         return
-    click.echo(plain_table(
-        ["run id", "status", "workflow", "started (UTC)", "duration", "steps", "waits for"],
-        [[r["runId"], r["status"], r["workflowId"] or "-", format_started(r["startedAt"]),
-          format_duration(r["durationSeconds"]), str(r["steps"]), _waits_for(r.get("waiting"))]
-         for r in rows]))
+    if not rows:
+        asked = [f"status {' or '.join(statuses)}" if statuses else "",
+                 f"workflow {workflow_id!r}" if workflow_id else "",
+                 f"created within {since}" if since else ""]
+        which = " and ".join(a for a in asked if a)
+        click.echo(f"no runs{' with ' + which if which else ''} in {world.data_dir}")
+        return
+    header = ["run id", "status", "workflow", "started (UTC)", "duration", "steps", "waits for"]
+    table = [[r["runId"], r["status"] + (" (no live holder)" if r.get("noLiveHolder") else ""),
+              r["workflowId"] or "-", format_started(r["startedAt"]),
+              format_duration(r["durationSeconds"]), str(r["steps"]),
+              _waits_for(r.get("waiting"), r.get("needsVersion"))] for r in rows]
+    if any(r.get("error") for r in rows):  # what a failed run failed with, in short
+        header.append("error")
+        for line, r in zip(table, rows, strict=True):
+            error = r.get("error")
+            text = failure_text(r["runId"], error) if isinstance(error, dict) else str(error or "")
+            text = (text.splitlines() or [""])[0]
+            line.append(text if len(text) <= 100 else text[:99] + "…")
+    click.echo(plain_table(header, table))
     if more:
         click.echo(more)
+
+
+def _fork_hint(world: Any, run_id: str) -> str:
+    """How to run a failed run again: from its failed step, or — when it failed outside
+    any step — from its last step (everything before it is kept)."""
+    from .runtime.fork import fork_points
+    from .runtime.state import RunLog
+
+    log = RunLog.fold(run_id, world.list_events(run_id))
+    if any(rec.status == "failed" for rec in log.steps.values()):
+        return f"to run it again from the failed step: little fork {run_id}"
+    points = list(fork_points(log))
+    if not points:
+        return "it failed before its first step: start a new run (little run ... --run-id NEW)"
+    return (f"it failed outside any step; to run it again from its last step: "
+            f"little fork {run_id} --from-step {shlex.quote(points[-1])}")
+
+
+def _stored_input(world: Any, events: list[Any]) -> tuple[Any] | None:
+    """(the input a run was created with,), read back in full; None for no such run."""
+    if not events or events[0].type != "run.created" or not isinstance(events[0].payload, dict):
+        return None
+    return (stored_value(world, events[0].payload.get("input")),)
 
 
 def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
@@ -248,7 +319,9 @@ def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
         return lw.run_workflow(wf, value, world=lw.tracing_world(world, progress), run_id=run_id)
 
 
-def _waits_for(waiting: dict[str, Any] | None) -> str:
+def _waits_for(waiting: dict[str, Any] | None, needs_version: str | None = None) -> str:
+    if needs_version:  # what it waits for first: code of its version (DESIGN §15)
+        return f"code of version {needs_version} (a resume was refused)"
     if not waiting:
         return ""
     if waiting.get("kind") == "sleep":
@@ -276,7 +349,7 @@ def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None,
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--reason", default=None)
+@click.option("--reason", default=None, help="why, recorded in run.cancelled (shown by little events and the UI)")
 @world_options
 def cancel(run_id: str, reason: str | None, world: Any) -> None:
     """Cancel a run (a running one stops at its next step, sleep or wait)."""
@@ -310,7 +383,8 @@ def _load_workflows(target: str) -> list[Any]:
 
 @cli.command()
 @click.argument("targets", nargs=-1, required=True, metavar="MODULE[:WORKFLOW]...")
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 1024),
+              help="runs this worker executes at once")
 @click.option("--until-idle", is_flag=True, help="return when nothing is due")
 @click.option("--json", "as_json", is_flag=True,
               help="one JSON object per line on stdout per run started, completed, failed...")
@@ -339,7 +413,7 @@ def _require_run(world: Any, run_id: str) -> list[Any]:
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the events as JSON, as stored")
 @click.option("--follow", "-f", is_flag=True, help="print events as they are appended, until the run ends")
 @world_options(read_only=True)
 def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
@@ -398,7 +472,7 @@ def ui(port: int, world: Any) -> None:
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the materialized state as JSON")
 @world_options(read_only=True)
 def replay(run_id: str, as_json: bool, world: Any) -> None:
     """Fold a run's events into its state (status, steps, output)."""
@@ -480,9 +554,10 @@ def _workflow_of(world: Any, run_id: str) -> str | None:
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the artifact manifests as JSON")
 @click.option("--show", default=None, metavar="ARTIFACT",
-              help="print this artifact's content (its name, step/name or artifact:// ref)")
+              help="print this artifact's content (its name, step/name, the step's path "
+                   "when it has one artifact, or its artifact:// ref)")
 @world_options(read_only=True)
 def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
     """List a run's artifacts, or print one's content (--show)."""
@@ -507,6 +582,8 @@ def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
 def _show_artifact(world: Any, run_id: str, manifests: list[Any], wanted: str) -> None:
     found = [m for m in manifests if wanted in (m.artifact_ref, m.artifact_id, m.name,
                                                f"{m.step_path}/{m.name}")]
+    if not found:  # a step's path: its one artifact (a large output is `<step>/output`)
+        found = [m for m in manifests if m.step_path == wanted]
     if len(found) != 1:
         names = ", ".join(sorted({f"{m.step_path}/{m.name}" for m in manifests})) or "none"
         what = "no artifact" if not found else "more than one artifact named"
@@ -540,7 +617,7 @@ def _verify_damaged(data_dir: str, error: Any, as_json: bool, repair: bool = Fal
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.option("--repair", is_flag=True,
               help="first rebuild the run catalogue from the logs (after a crash, or for a World "
                    "written by an older version)")
@@ -553,6 +630,8 @@ def verify(as_json: bool, repair: bool, world: Any) -> None:
         folded = rebuild_catalogue(world)
         if not as_json:
             click.echo(f"rebuilt the catalogue summaries of {folded} runs from their logs")
+    from .world.verify import verify_world
+
     report = verify_world(world)
     if as_json:
         _dump(report.to_json_dict())
@@ -607,7 +686,8 @@ def gc_command(older_than: float, statuses: tuple[str, ...], dry_run: bool, worl
 @cli.command()
 @click.argument("name", required=False, default="kill-resume",
                 type=click.Choice(["kill-resume", "approval"]))
-@click.option("--data-dir", "demo_dir", default=None, metavar="DIR")
+@click.option("--data-dir", "demo_dir", default=None, metavar="DIR",
+              help="the local_world data dir the demo runs in (default .little-workflow)")
 def demo(name: str, demo_dir: str | None) -> None:
     """Run a demo. kill-resume (the default): kill a run with SIGKILL mid-flight, start it
     again, watch it continue. approval: a run drafts, sleeps, waits for an approval, is
@@ -642,7 +722,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except click.UsageError as e:
-        click.echo(f"error: {e.format_message()} (see 'little --help')", err=True)
+        where = e.ctx.command_path if e.ctx is not None else "little"
+        click.echo(f"error: {e.format_message()} (see '{where} --help')", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()

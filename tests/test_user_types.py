@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 USER = '''
@@ -43,12 +45,9 @@ reveal_type(result.status)
 '''
 
 
-def test_mypy_sees_step_results_arguments_now_and_status(tmp_path):
+def test_mypy_sees_step_results_arguments_now_and_status(tmp_path, mypy_cache):
     (tmp_path / "user.py").write_text(textwrap.dedent(USER))
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
-                        "--follow-imports=silent", "user.py"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600, env={**os.environ, "MYPYPATH": ROOT})
-    out = r.stdout.replace("builtins.", "")  # mypy before 2.0 spelled builtins out
+    out = _mypy(tmp_path, mypy_cache, "user.py")
     assert 'Revealed type is "list[int]"' in out, out
     assert 'Revealed type is "dict[str, int]"' in out, out
     assert 'Revealed type is "datetime.datetime"' in out, out
@@ -63,11 +62,20 @@ def test_mypy_sees_step_results_arguments_now_and_status(tmp_path):
     assert len(errors) == 1, out  # only the deliberate mistake
 
 
-def _mypy(tmp_path, *files: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory):
+    """One mypy cache for this module's runs, new each session: the first run analyses
+    the standard library, pydantic and little_workflow once (tens of seconds of CPU);
+    the next ones check only their own files against it. Incremental mode re-checks any
+    file whose content changed, so the verdicts are those of a cold run."""
+    return str(tmp_path_factory.mktemp("mypy-cache"))
+
+
+def _mypy(tmp_path, cache_dir: str, *files: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache_dir,
                         "--follow-imports=silent", *files], cwd=tmp_path, capture_output=True,
                        text=True, timeout=600, env={**os.environ, "MYPYPATH": ROOT})
-    return r.stdout.replace("builtins.", "")
+    return r.stdout.replace("builtins.", "")  # mypy before 2.0 spelled builtins out
 
 
 GENERIC = '''
@@ -123,9 +131,9 @@ lw.start_workflow(receipt, "three")
 '''
 
 
-def test_mypy_sees_workflow_input_and_output_types(tmp_path):
+def test_mypy_sees_workflow_input_and_output_types(tmp_path, mypy_cache):
     (tmp_path / "user.py").write_text(GENERIC)
-    out = _mypy(tmp_path, "user.py")
+    out = _mypy(tmp_path, mypy_cache, "user.py")
     notes = {int(line.split(":")[1]): line.split("Revealed type is ", 1)[1].strip('"')
              for line in out.splitlines() if "Revealed type is" in line}
     lines = GENERIC.splitlines()
@@ -154,7 +162,7 @@ def test_mypy_sees_workflow_input_and_output_types(tmp_path):
     assert errors == wrong and len(wrong) == 3, out  # a str for an Order or an int: refused
 
 
-def test_mypy_strict_passes_on_every_readme_python_block(tmp_path):
+def test_mypy_strict_passes_on_every_readme_python_block(tmp_path, mypy_cache):
     """Each ```python block of the README, as a user would copy it into a file (the
     extras the `# needs the extra:` blocks name are installed here)."""
     import re
@@ -166,5 +174,5 @@ def test_mypy_strict_passes_on_every_readme_python_block(tmp_path):
     for i, block in enumerate(blocks):
         (tmp_path / f"readme_{i}.py").write_text(block)
         names.append(f"readme_{i}.py")
-    out = _mypy(tmp_path, *names)
+    out = _mypy(tmp_path, mypy_cache, *names)
     assert f"Success: no issues found in {len(blocks)} source files" in out, out

@@ -484,12 +484,14 @@ def test_a_stored_value_that_no_longer_fits_is_a_divergence_naming_step_and_type
     def count_v2() -> Order:  # the code changed: same step, another type
         return ORDER
 
-    @lw.workflow(id="changes")
+    # One version: the new code declares it continues the old runs (else it is refused
+    # before it runs: WorkflowVersionError), so the resume reaches the stored value.
+    @lw.workflow(id="changes", version="1")
     async def v1(ctx, input):
         await ctx.step("count", count)
         await ctx.wait_for_event("go", "go")
 
-    @lw.workflow(id="changes")
+    @lw.workflow(id="changes", version="1")
     async def v2(ctx, input):
         await ctx.step("count", count_v2)
         await ctx.wait_for_event("go", "go")

@@ -33,11 +33,12 @@ from ..errors import (
 )
 from ..world import incarnations
 from ..world.core import World
-from ..world.ids import canonical_json, validate_step_path
+from ..world.ids import canonical_json, validate_name, validate_step_path
 from ..world.models import Event
 from .active_index import TERMINAL_EVENTS, mark_finished
 from .bash_steps import BashResult, run_bash_step
 from .codec import Codec, codec_for, return_codec
+from .history import FREE_EVENTS, Key, RunHistory
 from .loops import may_block_loop
 from .memory import RunMemory
 from .pipeline import call_workflow
@@ -55,6 +56,7 @@ from .steps import (
     set_current,
 )
 from .values import decode_stored, encode_step_output, stored_value
+from .waiting import announce
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -102,6 +104,7 @@ class RunContext:
 
     suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
     watch: Any = None  # waiting.RunWatch while this process executes the run
+    body_task: "asyncio.Task[Any] | None" = None  # the task running the workflow body
     #: This execution's `start` (DESIGN §15), stamped on every record it appends; None
     #: before its `run.started` (and in replay).
     incarnation: int | None = None
@@ -139,6 +142,9 @@ class RunContext:
         # Threads of sync steps that overran their timeout and still run: no retry of that
         # step starts before its thread has returned (one attempt at a time).
         self._abandoned: dict[str, threading.Event] = {}
+        #: What the log held when this execution began, and what the code has asked for
+        #: again (history.py); None for a new run.
+        self.history: RunHistory | None = RunHistory.of(log)
 
     @property
     def workflow_id(self) -> str:
@@ -187,6 +193,7 @@ class RunContext:
     def append_sync(
         self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
     ) -> Event:
+        self.check_history(type_, payload)
         stamped = self._stamped(payload)
         try:
             event = self.world.append_event(
@@ -201,11 +208,14 @@ class RunContext:
         self._fold_own(event)
         if type_ in TERMINAL_EVENTS:
             mark_finished(self.world, self.run_id)  # after the terminal event
+            announce(self.world, self.run_id)  # handles waiting for the result, stream readers
         return event
 
     async def append(
         self, type_: str, payload: Any, *, idempotency_key: str | None = None, durable: bool = True
     ) -> Event:
+        if self.history is not None:
+            await self._settle_history(type_, payload)
         if durable and self.world.blocking and not may_block_loop():
             # An fsync or a network round trip: keep the event loop free for the other
             # tasks (sibling steps, the caller's app). Alone on a loop of ours the thread
@@ -276,6 +286,88 @@ class RunContext:
         with self._log_lock:
             return self._fold_from_storage()
 
+    # ---- the log's history, asked for again (history.py) ------------------------------
+
+    def asked(self, key: Key) -> None:
+        """The code asked for a record the log may hold (it need not ask for it again)."""
+        if self.history is not None:
+            self.history.ask(key)
+
+    def _in_body(self) -> bool:
+        """Running in the workflow body's own task (not a parallel group's, a gathered
+        one's, or a thread): its order is the log's order."""
+        if _group.get() is not None:
+            return False
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a thread: its task checked before handing the append over
+            return False
+        return self.body_task is None or task is self.body_task
+
+    def check_history(self, type_: str, payload: Any) -> None:
+        """Before this execution appends anything: every record the log held when it
+        began must have been asked for again (`ReplayDivergenceError` otherwise). Only
+        the body's task is checked here: other tasks go through `append`, which lets
+        their siblings ask for their records first."""
+        history = self.history
+        if history is None or type_ in FREE_EVENTS:
+            return
+        if history.diverged is not None:
+            raise history.diverged
+        due = history.first_due()
+        if due is not None and self._in_body():
+            raise history.diverge(self.log, due, type_, payload)
+
+    async def _settle_history(self, type_: str, payload: Any) -> None:
+        """`check_history` for `append`, where another task than the body's that finds a
+        record still due first lets its siblings ask for theirs."""
+        history = self.history
+        if history is None or type_ in FREE_EVENTS:
+            return
+        if history.diverged is not None:
+            raise history.diverged
+        due = history.first_due()
+        if due is None:
+            return
+        if not self._in_body():
+            due = await history.settle()
+            if due is None:
+                return
+        raise history.diverge(self.log, due, type_, payload)
+
+    def _check_order(self, key: Key, first_sequence: int) -> None:
+        """A step served to the body comes in the log's order: no earlier step of the
+        log may still be waiting to be asked for."""
+        history = self.history
+        if history is None:
+            return
+        earlier = history.first_due_step()
+        if earlier is not None and earlier.sequence < first_sequence and self._in_body():
+            raise history.diverge(self.log, earlier, "step.started", {}, key)
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this code reaches here in a run that takes the patched path: True in a
+        run whose log holds no later record (recorded as `patch.marked {patchId}`, so a
+        resume and a replay answer True again), False in a run whose log already went
+        past this point without the marker (nothing is recorded). Lets one body serve
+        runs started before a change and runs started after it:
+
+            if ctx.patched("search-v2"):
+                found = await ctx.step("search_tool", search)
+            else:
+                found = await ctx.step("tool", old_search)
+        """
+        validate_name("patch id", patch_id)
+        key = ("patch", patch_id)
+        if key in self.log.marks:
+            self.asked(key)
+            return True
+        if self.history is not None and self.history.ahead:
+            return False
+        if not self.replaying:
+            self.append_sync("patch.marked", {"patchId": patch_id})
+        return True
+
     # ---- paths ----------------------------------------------------------------------
 
     def _claim(self, path: str) -> None:
@@ -338,10 +430,12 @@ class RunContext:
         if not callable(fn):
             raise StepError(self.run_id, path, f"{fn!r} is not callable")
         rec = self.log.steps.get(path)
+        self.asked(("step", path))
         codec = return_codec(fn)
         if self.mode == "replay":
             return self._replayed(path, rec, codec)
         if rec is not None and rec.status != "running":
+            self._check_order(("step", path), rec.first_sequence)
             return self._served(rec, codec)
         if self.watch is not None:
             self.watch.at_boundary()  # a cancelled run stops before its next step
@@ -418,6 +512,8 @@ class RunContext:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                if isinstance(e, ReplayDivergenceError):
+                    raise  # found by a nested step: not a failure of this one
                 failures += 1
                 fatal = isinstance(e, (FatalError, StepError))
                 will_retry = not fatal and failures < policy.max_attempts
@@ -530,6 +626,14 @@ class RunContext:
             raise StepError(self.run_id, path, "max_concurrency must be at least 1")
         group_slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         results: list[Any] = [None] * len(children)
+        if self.history is not None:
+            # The group asks for all its children at once: they run in any order.
+            logged = [rec.first_sequence for i in range(len(children))
+                      if (rec := self.log.steps.get(f"{path}/{i}")) is not None]
+            for i in range(len(children)):
+                self.asked(("step", f"{path}/{i}"))
+            if logged and self.mode == "execute":
+                self._check_order(("step", path), min(logged))
 
         async def child(i: int, fn: Callable[[], Any]) -> None:
             child_path = f"{path}/{i}"

@@ -19,14 +19,17 @@ from ..errors import (
     StepFailedError,
     StorageError,
     UnknownWorkflowError,
+    WorkflowVersionError,
 )
 from ..world.ids import canonical_json, sha256_hex
 from .steps import error_record
 from .values import decode_output, encode_input, output_json, stored_value
 from .workflow import Workflow
 
-#: What a sub-run raises when it could not run now, not because it failed.
-NOT_A_FAILURE = (RunLockedError, LeaseLostError, StorageError, ClockStalledError)
+#: What a sub-run raises when it could not run now, not because it failed (the last two:
+#: this code may not run it — another version, or its log diverges from the code).
+NOT_A_FAILURE = (RunLockedError, LeaseLostError, StorageError, ClockStalledError,
+                 WorkflowVersionError, ReplayDivergenceError)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
     index = ctx.next_call_index()
     call_path = f"call-{index}-{name}"
     recorded = ctx.log.sub_runs.get(call_path)
+    if recorded is not None:
+        ctx.asked(("call", call_path))
     if recorded is not None and recorded.get("status") == "succeeded":
         # Typed by the member's return annotation, as the first run's sub-run gave it.
         output = (stored_value(ctx.world, recorded.get("result")) or {}).get("output")
@@ -75,8 +80,9 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
                                      run_id=sub_run_id, pipeline=pipeline,
                                      parent_run_id=ctx.run_id)
     except NOT_A_FAILURE:
-        # The sub-run did not fail: another process executes it, this process lost it, or
-        # the storage failed. Nothing is recorded; the orchestrator stays resumable.
+        # The sub-run did not fail: another process executes it, this process lost it,
+        # the storage failed, or this code may not run it. Nothing is recorded; the
+        # orchestrator stays resumable.
         raise
     except Exception as e:
         await ctx.append("harness.tool_call.failed", {**base, "error": error_record(e)})

@@ -28,6 +28,7 @@ from ..errors import (
     StorageError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    WorkflowVersionError,
     failure_text,
 )
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
@@ -38,6 +39,7 @@ from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .steps import error_record
 from .values import decode_input, decode_output, encode_input, encode_output, stored_value
+from .versions import refuse_other_versions
 from .waiting import (
     RunSuspended,
     RunWatch,
@@ -189,18 +191,25 @@ async def _run_locked(
 async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                        parent_run_id: str | None) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
-    if log.created is None:
+    resuming = log.created is not None
+    if not resuming:
         # A sub-run names its parent, so the catalogue can list a pipeline's runs.
         await create_run(ctx, wf, input, input_hash,
                          {"parentRunId": parent_run_id} if parent_run_id else None)
     await cancelled_on_entry(ctx)
-    ctx.begin_execution(await ctx.append("run.started", {"start": log.starts + 1}, durable=False))
+    if resuming:
+        await offload(world, refuse_other_versions, world, log, wf)
+    ctx.begin_execution(await ctx.append(
+        "run.started", {"start": log.starts + 1, "version": wf.code_version}, durable=False))
     ctx.watch = RunWatch(ctx).start()
+    ctx.body_task = asyncio.current_task()
     try:
         with running(ctx):
             returned = await wf.fn(ctx, decode_input(wf, input, run_id))
             output, typed_output = encode_output(wf, returned, run_id)
             output = thaw(output)
+        # Returning is new too: the log may hold records this code never asked for.
+        ctx.check_history("run.completed", {})
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
@@ -208,9 +217,9 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
         await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
         raise  # not a failure of the run: it stays unfinished and resumable
     except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError,
-            RunLockedError):
+            RunLockedError, ReplayDivergenceError, WorkflowVersionError):
         # Not a failure of the run: it stays unfinished and resumable. (RunLockedError:
-        # a sub-run another process executes.)
+        # a sub-run another process executes; the last two: this code may not run it.)
         raise
     except Exception as e:
         await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
@@ -260,7 +269,7 @@ def create_run_sync(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_h
     world.ensure_dir(f"runs/{ctx.run_id}/scratch")
     mark_active(world, ctx.run_id, wf.id)  # before run.created
     ctx.append_sync("run.created", {
-        "workflowId": wf.id, "workflowVersionId": wf.version_id,
+        "workflowId": wf.id, "workflowVersionId": wf.version_id, "version": wf.code_version,
         "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
         **(extra or {}),
     })

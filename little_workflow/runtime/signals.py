@@ -65,6 +65,8 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None,
         raise StepError(ctx.run_id, path, f"timeout is a number of seconds or None, not {timeout!r}")
     log = ctx.log
     rec = log.waits.get(path)
+    if rec is not None:
+        ctx.asked(("wait", path))
     if ctx.replaying:
         if rec is None:
             raise ReplayDivergenceError(ctx.run_id, path, "the code waits where the log holds no wait")

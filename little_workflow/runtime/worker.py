@@ -8,7 +8,8 @@ any number of workers (threads or processes) from running one run twice at once:
 whose lock is held (`RunLockedError`), or that cannot run here for another reason (its
 input no longer validates, its storage failed), is tried again after a capped
 exponential backoff (see retry.py), reported once when it becomes blocked and once when
-it runs again.
+it runs again. A run this worker's code may not run (pinned to another version, or its log
+diverges from the code: DESIGN §15) is left alone and reported once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ import threading
 import time
 from typing import Any, Iterable
 
-from ..errors import LittleWorkflowError, RunCancelledError, RunLockedError, WorkflowFailedError
+from ..errors import (
+    LittleWorkflowError,
+    ReplayDivergenceError,
+    RunCancelledError,
+    RunLockedError,
+    WorkflowFailedError,
+    WorkflowVersionError,
+)
 from ..world.clock import from_iso
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .loops import own
@@ -201,6 +209,9 @@ class Worker:
         except (WorkflowFailedError, RunCancelledError) as e:
             self._backoff.ran(run_id)
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
+        except (WorkflowVersionError, ReplayDivergenceError) as e:
+            # This code may not run it, now or later: left to other code (DESIGN §15).
+            self._backoff.refused(run_id, e, last_sequence)
         except LittleWorkflowError as e:
             # Not run (its lock is held, its input no longer validates, the storage
             # failed): still unfinished, tried again after a backoff.

@@ -61,7 +61,7 @@ class Workflow(Generic[In, Out]):
 
     id: str
     fn: Callable[[AnyContext, In], Awaitable[Out]]
-    version: str = "1"
+    version: str | None = None
     input_schema: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
     skills: dict[str, str] = field(default_factory=dict)
@@ -72,6 +72,12 @@ class Workflow(Generic[In, Out]):
     @property
     def version_id(self) -> str:
         return workflow_version_id(self.definition_hash)
+
+    @property
+    def code_version(self) -> str:
+        """The version runs of this code are pinned to (recorded in `run.created`):
+        `version` when the decorator was given one, else the definition hash."""
+        return self.version if self.version is not None else self.definition_hash
 
     def validate_input(self, value: Any) -> None:
         validate_against(self._input_validator, value, f"input of workflow {self.id!r}")
@@ -114,10 +120,15 @@ def workflow(
     *,
     input_schema: dict[str, Any] | None = None,
     output_schema: dict[str, Any] | None = None,
-    version: str = "1",
+    version: str | None = None,
     skills: dict[str, str] | None = None,
 ) -> WorkflowDecorator:
-    """Declare an `async def fn(ctx, input)` as a durable workflow."""
+    """Declare an `async def fn(ctx, input)` as a durable workflow.
+
+    A run is pinned to the version of the code that created it: `version` when given,
+    else the definition hash (the source, schemas and skills). Other code may not resume
+    it (`WorkflowVersionError`): give it the run's `version=` to declare that it continues
+    those runs, or fork the run onto it (`fork_run`)."""
 
     def decorate(fn: WorkflowFn) -> Workflow[Any, Any]:
         if not inspect.iscoroutinefunction(fn):
@@ -133,7 +144,9 @@ def workflow(
         definition_hash = content_hash(
             {
                 "workflowId": workflow_id,
-                "version": version,
+                # "1" was the default before runs were pinned: hashing an unversioned
+                # definition as before keeps the runs it created resumable after an upgrade.
+                "version": "1" if version is None else str(version),
                 "inputSchema": input_schema,
                 "outputSchema": output_schema,
                 "skills": skill_map,
@@ -143,7 +156,7 @@ def workflow(
         return Workflow(
             id=workflow_id,
             fn=fn,
-            version=str(version),
+            version=None if version is None else str(version),
             input_schema=input_schema,
             output_schema=output_schema,
             skills=skill_map,

@@ -54,7 +54,8 @@ class RunSummary:
     run started, as of its last status change (a running run's count catches up at its
     next one); `updated_at` is the time of that change; `waiting` what a waiting run
     waits for (`kind`, `stepPath`, `wakeAt` or `name`/`deadline`); `error` a failed or
-    cancelled run's error record."""
+    cancelled run's error record; `needs_version` the version a refused resume asked for
+    (the run's pinned version, DESIGN §15), None once the run executes again."""
 
     run_id: str
     workflow_id: str | None
@@ -65,19 +66,21 @@ class RunSummary:
     waiting: dict[str, Any] | None
     error: dict[str, Any] | None
     parent_run_id: str | None
+    needs_version: str | None = None
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "RunSummary":
         return cls(run_id=doc["runId"], workflow_id=doc.get("workflowId"), status=doc["status"],
                    created_at=parse_time(doc["createdAt"]), updated_at=parse_time(doc["updatedAt"]),
                    steps=int(doc.get("steps") or 0), waiting=doc.get("waiting"),
-                   error=doc.get("error"), parent_run_id=doc.get("parentRunId"))
+                   error=doc.get("error"), parent_run_id=doc.get("parentRunId"),
+                   needs_version=doc.get("needsVersion"))
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"runId": self.run_id, "workflowId": self.workflow_id, "status": self.status,
                 "createdAt": iso(self.created_at), "updatedAt": iso(self.updated_at),
                 "steps": self.steps, "waiting": self.waiting, "error": self.error,
-                "parentRunId": self.parent_run_id}
+                "parentRunId": self.parent_run_id, "needsVersion": self.needs_version}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,9 @@ def summary_change(type_: str, payload: Any, created_at: str) -> tuple | None:
         return ("owner", created_at, OWNER_EVENTS[type_])
     if kind == "started":
         return ("started", created_at)
+    if kind == "refused":
+        version = p.get("version")
+        return ("refused", created_at, version if isinstance(version, str) else None)
     if kind == "end":
         status = TERMINAL[type_]
         error = p.get("error")
@@ -140,7 +146,8 @@ def summary_change(type_: str, payload: Any, created_at: str) -> tuple | None:
     return ("close", created_at, path)
 
 
-_CHANGES = {"run.created": "created", "run.started": "started", "run.completed": "end",
+_CHANGES = {"run.created": "created", "run.started": "started", "run.resume_refused": "refused",
+            "run.completed": "end",
             "run.failed": "end", "run.cancelled": "end", "step.started": "step",
             "timer.scheduled": "wait", "wait.started": "wait", "timer.fired": "wait",
             "wait.completed": "wait", **{t: "owner" for t in OWNER_EVENTS}}
@@ -187,6 +194,11 @@ def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
     if kind == "end":
         s["status"], s["error"], s["waiting"] = change[2], change[3], None
         return s
+    if kind == "refused":
+        s["needsVersion"] = change[2]
+        return s
+    if kind == "started":
+        s.pop("needsVersion", None)
     waits = dict(s.get("openWaits") or {})
     if kind == "open":
         waits[change[2]] = change[3]
@@ -382,6 +394,15 @@ class SqliteCatalogue:
             conn.execute("INSERT OR IGNORE INTO catalogue_meta VALUES ('built', '1')")
             return False
         return True
+
+    @staticmethod
+    def needs_build(conn: Any) -> bool:
+        """`create_schema`'s answer without writing (a World opened read-only)."""
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                        "name = 'catalogue_meta'").fetchone() is not None and conn.execute(
+                "SELECT 1 FROM catalogue_meta WHERE name = 'built'").fetchone() is not None:
+            return False
+        return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None
 
     @staticmethod
     def write_pending(conn: Any, tracker: "SummaryTracker", run_ids: Iterable[str]) -> None:

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..errors import (
     DocumentCorruptError,
@@ -45,8 +45,10 @@ from .models import ArtifactManifest, Event, FrozenDict, FrozenList, thaw
 from .publish import Publisher, is_temp_name
 from .shared_state import RunLedger, StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
-from .storage_errors import storage_error
-from .views import ChangeJournal, ReadOnlyFileSystem, WorldFileSystem
+from .storage_errors import read_only_error, storage_error
+
+if TYPE_CHECKING:
+    from .views import ChangeJournal
 
 #: A payload value whose canonical JSON is larger than this is stored as an artifact and
 #: referenced as `{"$ref": "artifact://…"}` (DESIGN §10: bounded events).
@@ -171,6 +173,7 @@ class World:
         max_concurrent_steps: int | None,
         host_sources_allowed: bool,
         clock: Clock | None = None,
+        read_only: bool = False,
     ):
         if max_concurrent_steps is not None and max_concurrent_steps < 1:
             raise ValueError("max_concurrent_steps must be a positive integer or None")
@@ -188,6 +191,8 @@ class World:
         #: The World-wide cap on step functions running at once, in any thread or loop.
         self.step_slots = StepSlots(max_concurrent_steps)
         self.host_sources_allowed = host_sources_allowed
+        #: Opened for reading only (local_world(..., read_only=True)): every write refused.
+        self.read_only = read_only
         self._cross_process_locks = cross_process_locks
         # Run ids (and outer-loop fences) whose lock a caller holds through this World,
         # counted: close() waits for them instead of dropping their locks.
@@ -270,6 +275,8 @@ class World:
         on stores that batch (local_world). A keyed append is committed before this
         returns."""
         validate_run_id(run_id)
+        if self.read_only:
+            raise read_only_error(self.data_dir)
         if not isinstance(type, str) or not type:
             raise EventPayloadError(run_id, str(type), "the event type must be a non-empty string")
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
@@ -758,6 +765,9 @@ class World:
                   journal: ChangeJournal | None = None) -> Any:
         """A folder of this World as an fsspec filesystem whose every operation is a call
         of this World's file methods (scratch folders, memory stores, bash mounts)."""
+        # fsspec (under the views) loads with the first view, not with every World user.
+        from .views import ReadOnlyFileSystem, WorldFileSystem
+
         view = WorldFileSystem(self, relative_root, journal=journal)
         return ReadOnlyFileSystem(view, label=relative_root) if read_only else view
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from .identity import object_lock
 from .posix import REAL_POSIX, Posix
 from .shared_state import BoundedSet
+from .storage_errors import read_only_error
 
 TEMP_PREFIX = ".tmp-"
 #: What removing a folder that still holds something fails with: POSIX says ENOTEMPTY or
@@ -503,6 +504,51 @@ class PrefixedPublisher(Publisher):
 
     def info(self, path: str) -> dict[str, Any] | None:
         return self.inner.info(self._join(path))
+
+
+class ReadOnlyPublisher(Publisher):
+    """Another publisher's reads; every write refused with a StorageError naming the
+    path (a World opened read-only: a read-only mount, a snapshot)."""
+
+    def __init__(self, inner: Publisher):
+        self.fs, self.inner = inner.fs, inner
+        self.blocking = inner.blocking
+        self.atomic_publication = inner.atomic_publication
+        self.multi_writer = inner.multi_writer
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        raise read_only_error(path)
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        raise read_only_error(path)
+
+    def write_temp_then_move(self, path: str, data: bytes) -> None:
+        raise read_only_error(path)
+
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        raise read_only_error(path)
+
+    def remove(self, path: str, *, durable: bool = True) -> bool:
+        raise read_only_error(path)
+
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
+        raise read_only_error(path)
+
+    def read(self, path: str) -> bytes | None:
+        return self.inner.read(path)
+
+    def list_names(self, path: str) -> list[str]:
+        return self.inner.list_names(path)
+
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:
+        return self.inner.list_page(path, start_after, limit)
+
+    @property
+    def empty_folders_stay(self) -> bool:  # type: ignore[override]
+        return self.inner.empty_folders_stay
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        return self.inner.info(path)
 
 
 # Publishers for other filesystems plug in by protocol: `register_publisher(...)` at
