@@ -30,6 +30,7 @@ from pydantic_ai import (  # noqa: E402
     ExternalToolset,
     FunctionToolset,
     ModelRetry,
+    RunCancelled,
     Tool,
     ToolDefinition,
 )
@@ -963,3 +964,67 @@ def test_tool_metadata_opts_a_tool_out_of_its_step(world: Any) -> None:
     assert seen == [False]
     assert units(world, "run_meta") == [f"{STEP_PREFIX}/meta_disable-1/1/model",
                                         f"{STEP_PREFIX}/meta_disable-1/2/model"]
+
+
+async def cancels(ctx: AgentContext[object]) -> str:
+    ctx.cancel()
+    # cancel() returns; the cancellation lands at the next await point.
+    return "completed before the cancellation took effect"
+
+
+def test_a_cancel_inside_a_tool_step_is_refused(world: Any) -> None:
+    """test_dbos_step_wrapped_tool_rejects_cancel_in_workflow: a step's recorded result is
+    served on recovery without running the tool, so a cancel made inside it would not
+    happen again; here function tools are steps too (DBOS runs them inline), so both a
+    function tool and a dynamic toolset's tool are refused. Outside a workflow it cancels."""
+    for label, where in (("function", {"tools": [cancels]}),
+                         ("dynamic", {"toolsets": [DynamicToolset(
+                             lambda ctx: FunctionToolset([cancels]), id="cancel_dynamic")]})):
+        agent = Agent(TestModel(), deps_type=object, name=f"cancel_{label}",
+                      capabilities=[LittleWorkflowDurability()], **where)
+
+        @lw.workflow(id=f"cancel-{label}")
+        async def wf(ctx: lw.RunContext, input: Any, agent: Any = agent) -> str:
+            return (await agent.run("run")).output
+
+        with pytest.raises(lw.WorkflowFailedError) as info:
+            lw.run_workflow(wf, {}, world=world, run_id=f"run_cancel_{label}")
+        assert isinstance(info.value.__cause__, UserError)
+        assert "cancellation would silently not happen again" in str(info.value.__cause__)
+        with pytest.raises(RunCancelled):
+            agent.run_sync("run")
+
+
+def test_a_cancel_inside_an_inline_tool_cancels_the_agent_run(world: Any) -> None:
+    """test_dbos_plain_tool_cancel_works_in_workflow: a tool run inline in the workflow body
+    (here `metadata={"little_workflow": False}`, as DBOS runs plain function tools) may
+    cancel: the body runs again on recovery, so does the cancel."""
+    agent = Agent(TestModel(), deps_type=object, name="cancel_plain",
+                  tools=[Tool(cancels, metadata={"little_workflow": False})],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="cancel-plain")
+    async def wf(ctx: lw.RunContext, input: Any) -> str:
+        return (await agent.run("run")).output
+
+    with pytest.raises(lw.WorkflowFailedError) as info:
+        lw.run_workflow(wf, {}, world=world, run_id="run_cancel_plain")
+    assert isinstance(info.value.__cause__, RunCancelled)
+    assert lw.materialize_run_state(world, "run_cancel_plain").status == "failed"
+
+
+def test_overriding_the_model_in_a_workflow_is_refused(world: Any) -> None:
+    """test_dbos_agent_override_model_in_workflow: a model instance set by `override` inside
+    a workflow cannot be rebuilt from the log; a UserError names it, before any step."""
+    agent = Agent(TestModel(), name="override_model", capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="override-model")
+    async def wf(ctx: lw.RunContext, input: Any) -> str:
+        with agent.override(model=FunctionModel(echo)):
+            return (await agent.run("hi")).output
+
+    with pytest.raises(lw.WorkflowFailedError) as info:
+        lw.run_workflow(wf, {}, world=world, run_id="run_override_model")
+    assert isinstance(info.value.__cause__, UserError)
+    assert "was not registered with `LittleWorkflowDurability`" in str(info.value.__cause__)
+    assert units(world, "run_override_model") == []
