@@ -17,6 +17,8 @@ from typing import Any
 
 import little_workflow as lw
 
+from ..runtime.fork import fork_points
+from ..runtime.state import RunLog
 from ..runtime.values import stored_value
 from ..world.catalogue import OWNER_EVENTS
 
@@ -155,7 +157,8 @@ def fold_events(events: list[Any]) -> dict[str, Any]:
             call = p.get("callPath")
             if not isinstance(call, str):
                 continue
-            args = p.get("args") if isinstance(p.get("args"), dict) else {}
+            given = p.get("args")
+            args: dict[str, Any] = given if isinstance(given, dict) else {}
             if kind.endswith(".started") and "subRunId" in args:
                 sub_runs[call] = {"callPath": call, "runId": args["subRunId"],
                                   "workflow": args.get("workflow"), "status": "started",
@@ -215,6 +218,7 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
         "idle": folded["idle"],
         "events": folded["rows"],
         "lastSequence": state.last_sequence,
+        "forkPoints": list(fork_points(RunLog.fold(run_id, events))),
     }
 
 

@@ -127,11 +127,111 @@
     if (d.traceback) io.push(el("div", { class: "io err tb" }, el("h3", {}, "traceback"),
       el("pre", { "data-field": "traceback" }, d.traceback)));
     return el("header", {},
+      CONFIG.actions ? actionsPanel(d) : null,
       el("div", { class: "top" }, CONFIG.backLink ? el("a", { href: CONFIG.backLink, class: "back" }, "← runs") : null,
         el("h1", {}, d.workflowId || "run", " ", el("small", { "data-run-id": d.runId }, d.runId)), badge(d.status),
         CONFIG.liveUrl && !d.finished ? el("span", { class: "live" }, "● live") : null),
       el("dl", {}, rows.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
       el("div", { class: "ios" }, io));
+  }
+
+  // ---- actions (little ui only): POSTs carrying the server's token ------------------
+  // The token comes in the URL `little ui` printed (?token=...); the tab keeps it in
+  // sessionStorage and takes it out of the address bar, so run pages opened from the list
+  // can act too. Field values and the last answer survive the live re-renders.
+  const TOKEN_KEY = "little-ui-token";
+  (function takeToken() {
+    const params = new URLSearchParams(location.search);
+    const given = params.get("token");
+    if (!given) return;
+    try { sessionStorage.setItem(TOKEN_KEY, given); } catch (e) { /* storage off: keep it in the URL */ return; }
+    params.delete("token");
+    const rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
+  })();
+  function uiToken() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return new URLSearchParams(location.search).get("token") || ""; }
+  }
+  const fields = {};
+  let answer = null; // {ok, text, link}
+  function field(name, attrs, tag) {
+    const node = el(tag || "input", Object.assign({ "data-field": name, "aria-label": name,
+      oninput: () => { fields[name] = node.value; } }, attrs));
+    if (fields[name] !== undefined) node.value = fields[name];
+    else if (attrs && attrs.value !== undefined) fields[name] = attrs.value;
+    return node;
+  }
+  async function act(path, body, describe) {
+    answer = { ok: null, text: "…" };
+    showAnswer();
+    try {
+      const resp = await fetch(path, { method: "POST", cache: "no-store",
+        headers: { "Content-Type": "application/json", "X-Little-Token": uiToken() }, body: JSON.stringify(body || {}) });
+      const reply = await resp.json().catch(() => ({ error: resp.status + " " + resp.statusText }));
+      answer = resp.ok ? Object.assign({ ok: true }, describe(reply))
+        : { ok: false, text: resp.status + ": " + (reply.error || resp.statusText) };
+    } catch (e) {
+      answer = { ok: false, text: "the server did not answer: " + e };
+    }
+    showAnswer();
+    refreshNow();
+  }
+  function showAnswer() {
+    const node = document.querySelector("[data-action-result]");
+    if (!node) return;
+    node.className = "answer " + (answer === null ? "" : answer.ok === true ? "ok" : answer.ok === false ? "err" : "");
+    node.replaceChildren(answer ? answer.text : "");
+    if (answer && answer.link) node.append(" ", el("a", { href: runHref(answer.link), "data-forked-run": answer.link }, answer.link));
+  }
+  function runApi(d, action) { return "/api/runs/" + encodeURIComponent(d.runId) + "/" + action; }
+  function actionsPanel(d) {
+    const open = !d.finished;
+    const waitNames = (d.idle || []).filter((w) => w.end === null && w.kind === "wait").map((w) => w.name);
+    const controls = [];
+    if (open) {
+      controls.push(el("div", { class: "act" },
+        field("reason", { placeholder: "reason (optional)" }),
+        el("button", { "data-action": "cancel", onclick: () => act(runApi(d, "cancel"), { reason: fields.reason || null },
+          (r) => ({ text: "cancel: run is " + r.status })) }, "cancel run")));
+      controls.push(el("div", { class: "act" },
+        field("event-name", { placeholder: "event name", value: waitNames[0] || "" }),
+        field("event-payload", { placeholder: "payload (JSON)", value: "null" }),
+        el("button", { "data-action": "send", onclick: () => {
+          let payload;
+          try { payload = JSON.parse(fields["event-payload"] || "null"); } catch (e) { answer = { ok: false, text: "payload: not valid JSON: " + e.message }; showAnswer(); return; }
+          act(runApi(d, "events"), { name: fields["event-name"] || "", payload }, (r) => ({ text: "sent (event " + r.sequence + ")" }));
+        } }, "send event")));
+      controls.push(el("div", { class: "act" },
+        el("button", { "data-action": "resume", title: "run it here now, as a worker would (little ui MODULE gives the code)",
+          onclick: () => act(runApi(d, "resume"), {}, () => ({ text: "resuming…" })) }, "resume")));
+    }
+    if ((d.forkPoints || []).length) {
+      const failed = d.steps.find((s) => s.status === "failed");
+      controls.push(el("div", { class: "act" },
+        forkSelect(d, failed),
+        el("button", { "data-action": "fork", onclick: () => act(runApi(d, "fork"), { fromStep: fields["fork-from"] || null },
+          (r) => ({ text: "forked:", link: r.runId })) }, "fork from step")));
+    }
+    const approvals = (d.approvals || []).map((a) => el("div", { class: "act approval", "data-approval": a.toolCallId },
+      el("span", {}, el("b", {}, a.toolName), " ", el("code", {}, JSON.stringify(a.args))),
+      el("button", { "data-action": "approve", onclick: () => act(runApi(d, "approve/" + encodeURIComponent(a.toolCallId)), { approved: true },
+        () => ({ text: "approved " + a.toolName })) }, "approve"),
+      el("button", { "data-action": "deny", onclick: () => act(runApi(d, "approve/" + encodeURIComponent(a.toolCallId)), { approved: false, reason: fields.reason || null },
+        () => ({ text: "denied " + a.toolName })) }, "deny")));
+    const panel = el("div", { class: "actions", "data-actions": "" },
+      approvals.length ? el("div", { class: "approvals" }, el("h3", {}, "pending approvals"), approvals) : null,
+      controls, el("span", { "data-action-result": "" }),
+      uiToken() ? null : el("small", { class: "notoken" }, "to act, open the URL little ui printed (it carries ?token=…)"));
+    requestAnimationFrame(showAnswer);
+    return panel;
+  }
+  function forkSelect(d, failed) {
+    const pick = fields["fork-from"] ?? (failed ? failed.path : d.forkPoints[d.forkPoints.length - 1]);
+    fields["fork-from"] = pick;
+    const node = el("select", { "data-field": "fork-from", "aria-label": "fork from step", onchange: () => { fields["fork-from"] = node.value; } },
+      d.forkPoints.map((p) => el("option", { value: p }, p)));
+    node.value = pick;
+    return node;
   }
 
   function timelineRows(d, end) {
@@ -391,21 +491,25 @@
   let current = DATA;
   render(current);
   window.addEventListener("hashchange", () => render(current));
+  let busy = false;
+  async function poll() {
+    if (busy || !CONFIG.liveUrl) return;
+    busy = true;
+    try {
+      const since = current.lastSequence ?? "";
+      const resp = await fetch(CONFIG.liveUrl + (CONFIG.liveUrl.includes("?") ? "&" : "?") + "since=" + since, { cache: "no-store" });
+      if (resp.ok) {
+        const fresh = await resp.json();
+        if (fresh.changed !== false) { current = fresh.data; render(current); }
+      }
+    } catch (e) { /* server gone: keep the last picture */ } finally { busy = false; }
+  }
+  // After an action: show its effect now, not at the next tick.
+  function refreshNow() { setTimeout(poll, 50); }
   if (CONFIG.liveUrl) {
-    let busy = false;
-    const timer = setInterval(async () => {
-      if (busy) return;
+    const timer = setInterval(() => {
       if (current.finished) { clearInterval(timer); document.querySelector(".live")?.remove(); return; }
-      busy = true;
-      try {
-        const since = current.lastSequence ?? "";
-        const resp = await fetch(CONFIG.liveUrl + (CONFIG.liveUrl.includes("?") ? "&" : "?") + "since=" + since, { cache: "no-store" });
-        if (resp.ok) {
-          const fresh = await resp.json();
-          if (fresh.changed !== false) { current = fresh.data; render(current); }
-          else if (document.body.dataset.page === "run") { /* time moves: refresh "so far" */ }
-        }
-      } catch (e) { /* server gone: keep the last picture */ } finally { busy = false; }
+      poll();
     }, 1000);
   }
   // Milliseconds from navigation start until the first picture's DOM is built.
