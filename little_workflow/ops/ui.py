@@ -34,7 +34,7 @@ import little_workflow as lw
 
 from ..runtime.values import stored_value
 from ..world.ids import validate_run_id
-from .inspect import render_page, run_page_data
+from .inspect import error_line, render_page, run_page_data
 
 #: Runs per page of the runs list.
 PAGE_SIZE = 50
@@ -202,12 +202,14 @@ def json_field(body: dict[str, Any], field: str) -> Any:
 
 def ui_row(summary: Any) -> dict[str, Any]:
     """A row of the runs list from a catalogue `RunSummary`."""
-    error = summary.error.get("message") if isinstance(summary.error, dict) else None
+    finished = summary.status in ("completed", "failed", "cancelled")
+    # As the run page counts: from run.created to the run's end (its summary's last
+    # change); an unfinished run's is "so far", counted by the page at its now.
+    duration = round((summary.updated_at - summary.created_at).total_seconds(), 6) if finished else None
     return {"runId": summary.run_id, "workflowId": summary.workflow_id, "status": summary.status,
-            "startedAt": summary.created_at.timestamp(),
-            "durationSeconds": round((summary.updated_at - summary.created_at).total_seconds(), 6),
-            "finished": summary.status in ("completed", "failed", "cancelled"),
-            "waitingFor": waiting_text(summary.waiting), "error": error, "steps": summary.steps,
+            "startedAt": summary.created_at.timestamp(), "durationSeconds": duration,
+            "finished": finished, "waitingFor": waiting_text(summary.waiting),
+            "error": error_line(summary.error), "steps": summary.steps,
             "lastSequence": summary.updated_at.isoformat()}
 
 

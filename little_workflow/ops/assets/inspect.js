@@ -45,6 +45,12 @@
     if (!epoch && epoch !== 0) return "–";
     return new Date(epoch * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
   }
+  // The runs list and the run page count alike: from run.created to the run's end, or to
+  // now for an unfinished run.
+  function runDuration(r) {
+    return r.durationSeconds === null || r.durationSeconds === undefined
+      ? fmtDur(Date.now() / 1000 - r.startedAt) + " so far" : fmtDur(r.durationSeconds);
+  }
   function runHref(runId) { return (CONFIG.runLink || "{runId}.html").replace("{runId}", encodeURIComponent(runId)); }
   function json(v) { return JSON.stringify(v, null, 2); }
   function pretty(text) { try { return json(JSON.parse(text)); } catch (e) { return text; } }
@@ -58,6 +64,11 @@
   // ---- time scale with compressed idle gaps --------------------------------------------
   // Active time (attempts running, events happening) maps linearly; a gap long enough to
   // dominate the axis (a sleep, a wait, a process that was down) gets a fixed narrow slot.
+  // Uncompressed time is never drawn larger than MIN_SPAN seconds per axis width, so a
+  // step of a few milliseconds stays a thin mark (1 ms is at most 1/50 of the axis): a
+  // run of milliseconds, or of milliseconds of work between long waits, ends before the
+  // axis does.
+  const MIN_SPAN = 0.05;
   function buildScale(intervals, total) {
     total = Math.max(total, 1e-6);
     const iv = intervals.map(([a, b]) => [Math.max(0, a), Math.min(total, Math.max(a, b))])
@@ -81,23 +92,24 @@
     }
     compressed.sort((x, y) => x[0] - y[0]);
     const slot = compressed.length ? Math.min(0.06, 0.3 / compressed.length) : 0;
-    const perSec = (1 - slot * compressed.length) / Math.max(kept, 1e-6);
+    const perSec = Math.min((1 - slot * compressed.length) / Math.max(kept, 1e-6), 1 / MIN_SPAN);
     const segs = []; // [t0, t1, f0, f1, compressed]
     let t = 0, f = 0;
     for (const [a, b] of compressed) {
       if (a > t) { segs.push([t, a, f, f + (a - t) * perSec, false]); f += (a - t) * perSec; }
       segs.push([a, b, f, f + slot, true]); f += slot; t = b;
     }
-    if (t < total || !segs.length) segs.push([t, total, f, 1, false]);
+    if (t < total || !segs.length) { segs.push([t, total, f, f + (total - t) * perSec, false]); f += (total - t) * perSec; }
+    const endF = Math.min(1, f);
     function x(time) {
       if (time <= 0) return 0;
-      if (time >= total) return 1;
+      if (time >= total) return endF;
       let lo = 0, hi = segs.length - 1;
       while (lo < hi) { const mid = (lo + hi) >> 1; if (segs[mid][1] < time) lo = mid + 1; else hi = mid; }
       const s = segs[lo];
       return s[1] > s[0] ? s[2] + (s[3] - s[2]) * (time - s[0]) / (s[1] - s[0]) : s[2];
     }
-    return { x, segs, total };
+    return { x, segs, total, endF };
   }
   const pct = (f) => (f * 100).toFixed(4) + "%";
 
@@ -108,7 +120,7 @@
     const rows = [
       ["workflow", d.workflowId || "–"], ["version", d.version || "–"],
       ["status", badge(d.status)], ["started", fmtTime(d.startedAt)],
-      ["duration", fmtDur(d.durationSeconds) + (d.finished ? "" : " so far")],
+      ["duration", runDuration(d)],
       ["events", String(d.events.length)], ["steps", String(d.steps.length)],
     ];
     if (d.starts.length > 1) rows.push(["starts", d.starts.length + " (resumed " + (d.starts.length - 1) + "×)"]);
@@ -120,12 +132,14 @@
       el("span", { class: "subrun" }, el("a", { href: runHref(s.runId), "data-sub-run": s.runId }, s.runId),
         " (" + (s.workflow || "?") + ", " + s.status + ")")))]);
     const io = [el("div", { class: "io" }, el("h3", {}, "input"), el("pre", { "data-field": "input" }, json(d.input)))];
-    if (d.error) io.push(el("div", { class: "io err" }, el("h3", {}, "error"),
+    if (d.error && d.status === "cancelled" && !d.error.message) io.push(el("div", { class: "io err" }, el("h3", {}, "cancelled"),
+      el("pre", { "data-field": "error" }, d.error.reason ? "cancelled: " + d.error.reason : "cancelled (no reason given)")));
+    else if (d.error) io.push(el("div", { class: "io err" }, el("h3", {}, "error"),
       el("pre", { "data-field": "error" }, (d.error.type ? d.error.type + ": " : "") + (d.error.message || json(d.error)))));
     else if (d.status === "completed") io.push(el("div", { class: "io" }, el("h3", {}, "output"),
       el("pre", { "data-field": "output" }, json(d.output))));
     if (d.traceback) io.push(el("div", { class: "io err tb" }, el("h3", {}, "traceback"),
-      el("pre", { "data-field": "traceback" }, d.traceback)));
+      el("pre", { "data-field": "traceback" }, d.userTraceback || d.traceback)));
     return el("header", {},
       CONFIG.actions ? actionsPanel(d) : null,
       el("div", { class: "top" }, CONFIG.backLink ? el("a", { href: CONFIG.backLink, class: "back" }, "← runs") : null,
@@ -262,7 +276,7 @@
   }
 
   function timeline(d) {
-    const end = d.finished ? d.durationSeconds + (d.starts[0] || 0) : Math.max(lastT(d), nowT(d));
+    const end = d.finished ? d.durationSeconds : Math.max(lastT(d), nowT(d));
     const intervals = [];
     for (const s of d.steps) for (const a of s.spans) intervals.push([a.start, a.end ?? end]);
     for (const e of d.events) intervals.push([e[2], e[2]]);
@@ -282,13 +296,30 @@
     const axis = el("div", { class: "row axis" }, el("div", { class: "label" }, "time →"),
       el("div", { class: "track" }, scale.segs.map((s) => s[4]
         ? el("div", { class: "gap", style: "left:" + pct(s[2]) + ";width:" + pct(s[3] - s[2]), title: "idle " + fmtDur(s[1] - s[0]) + " (compressed)" }, "≈ " + fmtDur(s[1] - s[0]))
-        : el("div", { class: "tick", style: "left:" + pct(s[2]) }, "+" + fmtDur(s[0])))),
+        : el("div", { class: "tick", style: "left:" + pct(s[2]) }, "+" + fmtDur(s[0]))),
+        scale.endF < 0.98 ? el("div", { class: "tick end", style: "left:" + pct(scale.endF), title: "the run's end (or now)" }, "+" + fmtDur(end)) : null),
       el("div", { class: "meta" }, fmtDur(end)));
     const starts = d.starts.slice(1).map((t) => el("div", { class: "resume", style: "left:" + pct(scale.x(t)), title: "run resumed" }));
     return el("section", { class: "timeline" }, el("h2", {}, "Timeline ",
       el("small", {}, "one bar per step; ▮ attempt, ↻ retry, hatched = sleep or wait; ≈ compressed idle time")),
       axis, tl.scroll = el("div", { class: "tl-scroll", onscroll: () => requestAnimationFrame(drawTimeline) },
         el("div", { class: "resumes" }, starts), body));
+  }
+  // Axis labels that would overlap a compressed-gap label, an earlier tick label or the
+  // axis's end keep their tick line and lose their text (gap labels are kept: they say
+  // how much time is hidden).
+  function declutterAxis() {
+    const track = document.querySelector(".axis .track");
+    if (!track) return;
+    const bounds = track.getBoundingClientRect();
+    const gaps = [...track.querySelectorAll(".gap")].map((g) => g.getBoundingClientRect());
+    let lastRight = -Infinity;
+    for (const tick of [...track.querySelectorAll(".tick")].sort((a, b) => a.getBoundingClientRect().left - b.getBoundingClientRect().left)) {
+      const r = tick.getBoundingClientRect();
+      const hit = r.left < lastRight + 4 || r.right > bounds.right || gaps.some((g) => r.left < g.right && g.left < r.right);
+      if (hit) { tick.title = tick.textContent; tick.textContent = ""; tick.classList.add("quiet"); }
+      else lastRight = r.right;
+    }
   }
   function drawTimeline() {
     if (!tl || tl.rows.length <= TL_ALL) return;
@@ -452,6 +483,7 @@
     const keepEv = evScroll ? evScroll.scrollTop : 0;
     state.events = d.events; haystack = null;
     app.replaceChildren(header(d), timeline(d), eventsSection(d));
+    declutterAxis();
     document.querySelector(".tl-scroll").scrollTop = keepTl;
     evScroll.scrollTop = keepEv;
     readHash();
@@ -476,7 +508,7 @@
     const body = el("tbody", {}, shown.map((r) => el("tr", { "data-run-id": r.runId, "data-status": r.status },
       el("td", {}, el("a", { href: runHref(r.runId) }, r.runId)), el("td", {}, badge(r.status)),
       el("td", {}, r.workflowId || "–"), el("td", {}, fmtTime(r.startedAt)),
-      el("td", {}, fmtDur(r.durationSeconds)), el("td", {}, String(r.steps)),
+      el("td", {}, runDuration(r)), el("td", {}, String(r.steps)),
       el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
     app.replaceChildren(el("header", {}, el("div", { class: "top" }, el("h1", {}, "little-workflow runs"),
       el("small", {}, d.dataDir || ""), CONFIG.liveUrl ? el("span", { class: "live" }, "● live") : null)),
