@@ -5,6 +5,7 @@ frames. Pages are drawn by headless Chromium and measured there."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import urllib.request
@@ -67,7 +68,7 @@ def test_time_axis_labels_do_not_overlap_and_stay_on_the_axis(tmp_path, shape):
         left, right = page.eval(TRACK_JS)
     assert labels, labels
     labels.sort(key=lambda lab: lab[2])
-    for a, b in zip(labels, labels[1:]):
+    for a, b in itertools.pairwise(labels):
         assert a[3] <= b[2] + 0.5, f"{a[1]!r} overlaps {b[1]!r}: {labels}"
     for lab in labels:
         assert left - 0.5 <= lab[2] and lab[3] <= right + 0.5, f"{lab[1]!r} leaves the axis: {labels}"
@@ -130,7 +131,7 @@ def test_runs_list_and_run_page_agree_on_start_and_duration(tmp_path):
     row = listed.find_all(data_run_id="run_queued")[0]
     cells = [td.text() for td in row.find_all(lambda n: n.tag == "td")]
     facts = {dt.text(): dd.text() for dt, dd in zip(shown.find_all(lambda n: n.tag == "dt"),
-                                                    shown.find_all(lambda n: n.tag == "dd"))}
+                                                    shown.find_all(lambda n: n.tag == "dd"), strict=True)}
     assert (cells[3], cells[4]) == (facts["started"], facts["duration"]) == (cells[3], "7.50 s")
 
 

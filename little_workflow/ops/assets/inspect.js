@@ -87,7 +87,7 @@
     const compressed = [];
     for (const g of gaps) {
       const len = g[1] - g[0];
-      if (compressed.length >= 24 || len <= 0.25 * (kept - len) || len < 0.002) break;
+      if (compressed.length >= 24 || len <= 0.25 * (kept - len) || len < 0.01) break; // a gap of ms is shown as it is
       compressed.push(g); kept -= len;
     }
     compressed.sort((x, y) => x[0] - y[0]);
