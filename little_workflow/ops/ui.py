@@ -36,8 +36,9 @@ from ..runtime.values import stored_value
 from ..world.ids import validate_run_id
 from .inspect import error_line, render_page, run_page_data
 
-#: Runs per page of the runs list.
+#: Runs per page of the runs list, and the most a `limit=` in the URL may ask for.
 PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
 #: The largest POST body an action reads (an event payload included).
 MAX_BODY = 1 << 20
 #: The header (or body field `token`) an action carries the server's token in.
@@ -65,7 +66,8 @@ class RunsIndex:
         """One page of rows for `query` (`status`, `workflow`, `cursor`, `limit`) and the
         cursor of the next page."""
         q = query or {}
-        limit = int(q["limit"]) if q.get("limit", "").isdigit() and int(q["limit"]) > 0 else PAGE_SIZE
+        asked = q.get("limit", "")
+        limit = min(int(asked), MAX_PAGE_SIZE) if asked.isdigit() and int(asked) > 0 else PAGE_SIZE
         with self.lock:
             page = lw.list_runs(self.world, status=q.get("status") or None,
                                 workflow_id=q.get("workflow") or None,
@@ -296,6 +298,11 @@ def make_handler(index: RunsIndex, actions: Actions, token: str) -> type[BaseHTT
                 self.send_body(404, f"{e}\n", "text/plain; charset=utf-8")
             except lw.CatalogueQueryError as e:
                 self.send_body(400, f"{e}\n", "text/plain; charset=utf-8")
+            except lw.LittleWorkflowError as e:
+                # A run whose log is damaged, a storage failure: said, not a dropped connection.
+                what = f"run {parts[-1]}" if len(parts) >= 2 and parts[-2] == "runs" else "this page"
+                self.send_body(500, f"{what} cannot be shown: {type(e).__name__}: {e}\n",
+                               "text/plain; charset=utf-8")
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
             try:
