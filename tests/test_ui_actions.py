@@ -184,6 +184,7 @@ def test_fork_from_a_step_makes_a_run_that_resume_runs(ui):
     ("/api/runs/{rid}/explode", {}, 404, "no action"),
     ("/api/runs/run_nope/cancel", {}, 404, "run_nope"),
     ("/api/runs/bad id/cancel", {}, 400, "invalid run id"),
+    ("/api/runs/{rid}/approve/call_nope", {}, 400, "call_nope"),
 ])
 def test_bad_input_is_a_400_naming_what_was_wrong(ui, path, body, code, words):
     world, server, _ = ui
@@ -219,3 +220,64 @@ def test_resume_of_a_finished_run_or_of_code_it_was_not_given_is_a_400(ui, tmp_p
     code, body = post(server, "/api/runs/run_other/resume")
     assert code == 400 and "elsewhere" in body["error"] and "little ui MODULE" in body["error"]
     assert status(world, "run_other") == "waiting"
+
+
+# ---- pending tool approvals (lw.pending_approvals / lw.approve_tool_call) -----------------
+
+CALLS = [{"toolCallId": "call_1", "toolName": "refund", "args": {"amount": 40}},
+         {"toolCallId": "call_2", "toolName": "delete_account", "args": {"user": "u7"}}]
+
+
+@lw.workflow(id="asks")
+async def asks(ctx: lw.RunContext, input: dict) -> dict:
+    answer = await ctx.wait_for_event("approvals", "tool-approvals",
+                                      request={"kind": "tool-approval", "calls": CALLS})
+    return {"answer": answer}
+
+
+def asking_run(world, run_id: str = "run_asks") -> str:
+    assert lw.run_workflow(asks, {}, world=world, run_id=run_id, suspend=True).status == "waiting"
+    return run_id
+
+
+def get(server, path: str) -> dict:
+    port = server.server_address[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path, headers={"Host": f"127.0.0.1:{port}"})
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    conn.close()
+    assert resp.status == 200, body
+    return body["data"]
+
+
+def test_pending_approvals_are_listed_and_approve_and_deny_answer_them(ui):
+    world, server, _ = ui
+    rid = asking_run(world)
+    listed = get(server, "/api/runs")["approvals"]
+    assert [(a["runId"], a["toolCallId"], a["toolName"], a["args"]) for a in listed] == [
+        (rid, "call_1", "refund", {"amount": 40}), (rid, "call_2", "delete_account", {"user": "u7"})]
+    assert [a["toolCallId"] for a in get(server, f"/api/runs/{rid}")["approvals"]] == ["call_1", "call_2"]
+    code, body = post(server, f"/api/runs/{rid}/approve/call_1", {"approved": "maybe?"})
+    assert code == 400 and "approved" in body["error"], body
+
+    code, body = post(server, f"/api/runs/{rid}/approve/call_1", {"approved": True})
+    assert code == 200, body
+    assert [p.tool_call_id for p in lw.pending_approvals(world, run_id=rid)] == ["call_2"]
+    code, body = post(server, f"/api/runs/{rid}/approve/call_2", {"approved": False, "reason": "never"})
+    assert code == 200, body
+    assert lw.pending_approvals(world, run_id=rid) == []
+    answers = [e.payload["payload"] for e in world.list_events(rid) if e.type.startswith("signal.")]
+    assert answers == [{"approvals": {"call_1": True}}, {"approvals": {"call_2": "never"}}]
+    assert get(server, "/api/runs")["approvals"] == []
+
+    code, body = post(server, f"/api/runs/{rid}/approve/call_1", {"approved": True})
+    assert code == 400 and "call_1" in body["error"], body  # answered already: not pending
+
+
+def test_approve_without_the_token_is_403_and_the_call_stays_pending(ui):
+    world, server, _ = ui
+    rid = asking_run(world)
+    code, _ = post(server, f"/api/runs/{rid}/approve/call_1", {"approved": True}, token=None)
+    assert code == 403
+    assert [p.tool_call_id for p in lw.pending_approvals(world, run_id=rid)] == ["call_1", "call_2"]

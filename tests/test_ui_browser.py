@@ -31,6 +31,14 @@ FLOWS = textwrap.dedent('''
         decision = await ctx.wait_for_event("decision", "approval")
         b = await ctx.step("finish", double, a)
         return {"decision": decision, "total": b}
+
+    @lw.workflow(id="asks")
+    async def asks(ctx: lw.RunContext, input: dict) -> dict:
+        calls = [{"toolCallId": "call_1", "toolName": "refund", "args": {"amount": 40}},
+                 {"toolCallId": "call_2", "toolName": "delete_account", "args": {"user": "u7"}}]
+        answer = await ctx.wait_for_event("approvals", "tool-approvals",
+                                          request={"kind": "tool-approval", "calls": calls})
+        return {"answer": answer}
 ''')
 
 
@@ -40,7 +48,9 @@ def site(tmp_path):
     (tmp_path / "flows.py").write_text(FLOWS)
     world = lw.local_world(str(tmp_path / "data"))
     [gate] = load_workflows(str(tmp_path / "flows.py") + ":gate")
+    [asks] = load_workflows(str(tmp_path / "flows.py") + ":asks")
     assert lw.run_workflow(gate, {"n": 3}, world=world, run_id="run_gate", suspend=True).status == "waiting"
+    assert lw.run_workflow(asks, {}, world=world, run_id="run_asks", suspend=True).status == "waiting"
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "ui", "flows.py",
                              "--port", "0", "--data-dir", "data"], cwd=str(tmp_path),
@@ -128,3 +138,26 @@ def test_without_the_token_the_click_is_refused_and_nothing_changes(site):
         assert status_badge(page) == "waiting"
     assert lw.get_run(world, "run_gate").status() == "waiting"
     assert not any(e.type.startswith("run.cancel") for e in world.list_events("run_gate"))
+
+
+APPROVALS_JS = "[...document.querySelectorAll('[data-approval]')].map(n => n.dataset.approval)"
+
+
+def test_approve_and_deny_pending_tool_calls_in_the_browser(site):
+    world, base, token = site
+    with Page() as page:
+        page.open(f"{base}?token={token}")  # the runs list: every waiting run's pending calls
+        assert page.eval(APPROVALS_JS) == ["call_1", "call_2"]
+        page.eval("document.querySelector('[data-approval=call_1] [data-action=approve]').click()")
+        page.wait_for(f"JSON.stringify({APPROVALS_JS}) === '[\"call_2\"]'", timeout=30)
+        assert [p.tool_call_id for p in lw.pending_approvals(world)] == ["call_2"]
+        page.open(base + "runs/run_asks")  # the run's own page lists what is left
+        assert page.eval(APPROVALS_JS) == ["call_2"]
+        type_into(page, "reason", "not without a ticket")
+        page.eval("document.querySelector('[data-approval=call_2] [data-action=deny]').click()")
+        page.wait_for(f"{APPROVALS_JS}.length === 0", timeout=30)
+        click(page, "resume")
+        page.wait_for("document.querySelector('h1 ~ [data-run-status]').dataset.runStatus === 'completed'", timeout=60)
+    assert lw.get_run(world, "run_asks").result(timeout=10)["answer"] == {"approvals": {"call_1": True}}
+    answers = [e.payload["payload"] for e in world.list_events("run_asks") if e.type.startswith("signal.")]
+    assert answers == [{"approvals": {"call_1": True}}, {"approvals": {"call_2": "not without a ticket"}}]

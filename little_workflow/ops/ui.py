@@ -77,10 +77,12 @@ class RunsIndex:
     def document(self, query: dict[str, str] | None = None) -> dict[str, Any]:
         q = {k: v for k, v in (query or {}).items() if k in ("status", "workflow", "limit", "cursor") and v}
         runs, next_cursor = self.summaries(q)
+        approvals = self.page_approvals(runs)
         token = hashlib.sha256(json.dumps(
-            [(r["runId"], r["lastSequence"], r["status"]) for r in runs]).encode()).hexdigest()[:16]
+            [[(r["runId"], r["lastSequence"], r["status"]) for r in runs],
+             [(a["runId"], a["toolCallId"]) for a in approvals]]).encode()).hexdigest()[:16]
         next_page = "/?" + urlencode({**q, "cursor": next_cursor}) if next_cursor else None
-        return {"runs": runs, "dataDir": str(self.world.data_dir), "lastSequence": token,
+        return {"runs": runs, "approvals": approvals, "dataDir": str(self.world.data_dir), "lastSequence": token,
                 "finished": False, "nextPage": next_page,
                 "filters": {k: v for k, v in q.items() if k != "cursor"}}
 
@@ -90,7 +92,20 @@ class RunsIndex:
             if since and since.isdigit() and int(since) > 0:
                 if not self.world.list_events(run_id, after=int(since)):
                     return None
-            return run_page_data(self.world, run_id)
+            data = run_page_data(self.world, run_id)
+            data["approvals"] = (approval_rows(lw.pending_approvals(self.world, run_id=run_id))
+                                 if data["status"] == "waiting" else [])
+            return data
+
+    def page_approvals(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pending tool calls of the waiting runs on this page (one log each: the
+        list costs O(page), like the page)."""
+        out: list[dict[str, Any]] = []
+        with self.lock:
+            for row in runs:
+                if row["status"] == "waiting":
+                    out.extend(approval_rows(lw.pending_approvals(self.world, run_id=row["runId"])))
+        return out
 
 
 class Actions:
@@ -125,8 +140,8 @@ class Actions:
             if len(rest) != 1 or not rest[0]:
                 raise ActionError(404, "approve: POST /api/runs/RUN_ID/approve/TOOL_CALL_ID")
             approved = body.get("approved", True)
-            if isinstance(approved, str):
-                approved = approved.lower() in ("1", "true", "yes", "on", "approve")
+            if isinstance(approved, str):  # a form's field
+                approved = {"true": True, "approve": True, "false": False, "deny": False}.get(approved.lower(), approved)
             if not isinstance(approved, bool):
                 raise ActionError(400, "approved: true or false")
             with self.lock:
@@ -200,6 +215,13 @@ def json_field(body: dict[str, Any], field: str) -> Any:
         return json.loads(value)
     except ValueError as e:
         raise ActionError(400, f"{field}: not valid JSON: {e}") from None
+
+
+def approval_rows(pending: list[Any]) -> list[dict[str, Any]]:
+    """`lw.PendingApproval`s as the pages draw them."""
+    return [{"runId": p.run_id, "workflowId": p.workflow_id, "stepPath": p.step_path,
+             "eventName": p.event_name, "toolCallId": p.tool_call_id, "toolName": p.tool_name,
+             "args": p.args, "requestedAt": p.requested_at} for p in pending]
 
 
 def ui_row(summary: Any) -> dict[str, Any]:

@@ -226,18 +226,27 @@
         el("button", { "data-action": "fork", onclick: () => act(runApi(d, "fork"), { fromStep: fields["fork-from"] || null },
           (r) => ({ text: "forked:", link: r.runId })) }, "fork from step")));
     }
-    const approvals = (d.approvals || []).map((a) => el("div", { class: "act approval", "data-approval": a.toolCallId },
-      el("span", {}, el("b", {}, a.toolName), " ", el("code", {}, JSON.stringify(a.args))),
-      el("button", { "data-action": "approve", onclick: () => act(runApi(d, "approve/" + encodeURIComponent(a.toolCallId)), { approved: true },
-        () => ({ text: "approved " + a.toolName })) }, "approve"),
-      el("button", { "data-action": "deny", onclick: () => act(runApi(d, "approve/" + encodeURIComponent(a.toolCallId)), { approved: false, reason: fields.reason || null },
-        () => ({ text: "denied " + a.toolName })) }, "deny")));
     const panel = el("div", { class: "actions", "data-actions": "" },
-      approvals.length ? el("div", { class: "approvals" }, el("h3", {}, "pending approvals"), approvals) : null,
+      approvalsList(d.approvals || [], false),
       controls, el("span", { "data-action-result": "" }),
       uiToken() ? null : el("small", { class: "notoken" }, "to act, open the URL little ui printed (it carries ?token=…)"));
     requestAnimationFrame(showAnswer);
     return panel;
+  }
+  // Pending tool calls (lw.pending_approvals): approve, or deny with the reason field.
+  function approvalsList(approvals, showRun) {
+    if (!approvals.length) return null;
+    return el("div", { class: "approvals", "data-approvals": "" }, el("h3", {}, "pending approvals (" + approvals.length + ")"),
+      approvals.map((a) => {
+        const path = "/api/runs/" + encodeURIComponent(a.runId) + "/approve/" + encodeURIComponent(a.toolCallId);
+        return el("div", { class: "act approval", "data-approval": a.toolCallId, "data-approval-run": a.runId },
+          showRun ? el("a", { href: runHref(a.runId) }, a.runId) : null,
+          el("span", {}, el("b", {}, a.toolName), " ", el("code", {}, JSON.stringify(a.args))),
+          el("button", { "data-action": "approve", onclick: () => act(path, { approved: true },
+            () => ({ text: "approved " + a.toolName + " (" + a.toolCallId + ")" })) }, "approve"),
+          el("button", { "data-action": "deny", onclick: () => act(path, { approved: false, reason: fields.reason || null },
+            () => ({ text: "denied " + a.toolName + " (" + a.toolCallId + ")" })) }, "deny"));
+      }));
   }
   function forkSelect(d, failed) {
     const pick = fields["fork-from"] ?? (failed ? failed.path : d.forkPoints[d.forkPoints.length - 1]);
@@ -510,12 +519,17 @@
       el("td", {}, r.workflowId || "–"), el("td", {}, fmtTime(r.startedAt)),
       el("td", {}, runDuration(r)), el("td", {}, String(r.steps)),
       el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
+    const approvals = CONFIG.actions && (d.approvals || []).length ? el("div", { class: "actions", "data-actions": "" },
+      approvalsList(d.approvals, true), field("reason", { placeholder: "reason for a denial (optional)" }),
+      el("span", { "data-action-result": "" }),
+      uiToken() ? null : el("small", { class: "notoken" }, "to act, open the URL little ui printed (it carries ?token=…)")) : null;
     app.replaceChildren(el("header", {}, el("div", { class: "top" }, el("h1", {}, "little-workflow runs"),
-      el("small", {}, d.dataDir || ""), CONFIG.liveUrl ? el("span", { class: "live" }, "● live") : null)),
+      el("small", {}, d.dataDir || ""), CONFIG.liveUrl ? el("span", { class: "live" }, "● live") : null)), approvals,
     el("section", {}, el("div", { class: "filters" }, select, el("span", { class: "count" }, shown.length + " runs")),
       el("table", { class: "runs" }, el("thead", {}, el("tr", {}, ["run id", "status", "workflow", "started", "duration", "steps", "waiting for / error"].map((h) => el("th", {}, h)))), body),
       // One catalogue page at a time (?status=…&workflow=…&cursor=…): the next one is a link.
       d.nextPage ? el("p", {}, el("a", { href: d.nextPage, "data-next-page": "1" }, "next page →")) : null));
+    showAnswer();
   }
 
   // ---- start, and live updates -----------------------------------------------------
