@@ -104,6 +104,13 @@ def test_an_action_without_the_token_or_from_elsewhere_is_403_and_changes_nothin
     assert not any(e.type.startswith("run.cancel") for e in world.list_events(rid))
 
 
+def test_without_the_token_a_bad_body_is_still_403(ui):
+    world, server, _ = ui
+    rid = waiting_run(world)
+    assert post(server, f"/api/runs/{rid}/events", raw=b"{not json", token=None)[0] == 403
+    assert post(server, f"/api/runs/{rid}/explode", {}, token=None)[0] == 403
+
+
 def test_the_printed_url_carries_the_token_and_each_server_has_its_own(tmp_path):
     world = lw.local_world(str(tmp_path / "data"))
     one, two = make_server(world, port=0), make_server(world, port=0)

@@ -363,8 +363,15 @@ def make_handler(index: RunsIndex, actions: Actions, token: str) -> type[BaseHTT
                                   "URL `little ui` printed, with ?token=...)")
 
         def peek_form_token(self) -> str:
-            body = self.read_body()
-            value = body.get("token")
+            """A form's `token` field; "" for any other body (unread: a request without the
+            token gets 403 whatever else is wrong with it)."""
+            kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if kind != "application/x-www-form-urlencoded":
+                return ""
+            try:
+                value = self.read_body().get("token")
+            except ActionError:
+                return ""
             return value if isinstance(value, str) else ""
 
         def read_body(self) -> dict[str, Any]:
