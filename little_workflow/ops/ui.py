@@ -13,9 +13,11 @@ server's own: another web page the browser has open cannot act (CSRF), and neith
 rebound name. Each action goes through the public API (`lw.cancel_run`, `lw.send_event`,
 `lw.approve_tool_call`, `lw.fork_run`; resume is `lw.run_workflow(..., suspend=True)` as a
 worker does, in a thread, with the workflows `little ui` was given).
+
 Pages poll a small JSON endpoint about once a second; an endpoint answers
 `{"changed": false}` when the client's `since` token is still current, so an idle page
-costs one `list_events(after=…)` per second.
+costs one `list_events(after=…)` per second. The runs list also reads, for its pending
+approvals, the log of each waiting run on the page it shows (at most a page of them).
 """
 
 from __future__ import annotations
