@@ -17,20 +17,15 @@ import uuid
 from typing import Any
 
 import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
-pytest.importorskip("opentelemetry.sdk")
-
-from opentelemetry import metrics, trace  # noqa: E402
-from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
-    InMemorySpanExporter,
-)
-from opentelemetry.trace import StatusCode  # noqa: E402
-
-import little_workflow as lw  # noqa: E402
+import little_workflow as lw
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TESTS)
@@ -38,15 +33,21 @@ import otel_flows  # noqa: E402
 
 EXPORTER = InMemorySpanExporter()
 READER = InMemoryMetricReader()
+_attached: list[object] = []  # the tracer provider EXPORTER is attached to
 
 
 @pytest.fixture(autouse=True)
 def providers() -> Any:
-    """The global providers can be set once per process: set them the first time."""
+    """The global providers can be set once per process (another test — the README's —
+    may have set the tracer provider first: the exporter is added to that one)."""
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    if provider not in _attached:
+        assert isinstance(provider, TracerProvider)
         provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        trace.set_tracer_provider(provider)
+        _attached.append(provider)
+    if type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
         metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
     EXPORTER.clear()
     yield
@@ -306,3 +307,40 @@ def test_no_provider_set_means_no_telemetry_object_on_the_run() -> None:
         print("ran")
     """)
     assert out.strip() == "ran"
+
+
+def test_pydantic_ai_agent_emits_genai_chat_and_execute_tool_spans_under_its_steps() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from little_workflow.ext.pydantic_ai import LittleWorkflowDurability
+
+    agent = Agent(TestModel(), name="otel-helper", capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain
+    def lookup(order_id: str) -> str:
+        return f"order {order_id} ships on Friday"
+
+    @lw.workflow(id="otel-agent")
+    async def helpdesk(ctx: lw.RunContext, input: dict[str, Any]) -> str:
+        return (await agent.run(input["question"])).output
+
+    lw.run_workflow(helpdesk, {"question": "where is A-17?"}, world=memory_world())
+    by_id = {s.context.span_id: s for s in EXPORTER.get_finished_spans()}
+    chats = spans_named("chat test")
+    assert len(chats) == 2  # a request that calls the tool, one that answers
+    for chat in chats:
+        assert dict(chat.attributes or {}) == {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "test",
+            "gen_ai.provider.name": "test"}
+        assert chat.kind is trace.SpanKind.CLIENT
+        step = by_id[parent_id(chat)]  # type: ignore[index]
+        assert "model.request" in str((step.attributes or {})["lw.step_path"])
+    tool = one_span("execute_tool lookup")
+    assert (tool.attributes or {})["gen_ai.operation.name"] == "execute_tool"
+    assert (tool.attributes or {})["gen_ai.tool.name"] == "lookup"
+    assert (tool.attributes or {})["gen_ai.tool.call.id"] == "pyd_ai_tool_call_id__lookup"
+    step = by_id[parent_id(tool)]  # type: ignore[index]
+    assert "call_tool" in str((step.attributes or {})["lw.step_path"])
+    run = one_span("invoke_workflow otel-agent")
+    assert parent_id(step) == run.context.span_id

@@ -38,6 +38,7 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import nullcontext
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -80,6 +81,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from ..errors import StepFailedError
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
+from ..runtime.telemetry import chat_span, tool_span
 
 __all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "wait_for_approvals"]
 
@@ -165,6 +167,19 @@ def recorded_exception(error: Mapping[str, Any]) -> Exception | None:
     return exc
 
 
+def _genai_span(ctx: RunContext, operation_id: DurableOperationId,
+                cache_key: tuple[object, ...]) -> Any:
+    """The OpenTelemetry GenAI span of a model request or tool call (a no-op otherwise)."""
+    run = next((v for v in cache_key if isinstance(v, AgentRunContext)), None)
+    if isinstance(operation_id, ModelRequestId):
+        model = getattr(run, "model", None)
+        return chat_span(ctx, operation_id.model_name or getattr(model, "model_name", "unknown"),
+                         provider=getattr(model, "system", None))
+    if isinstance(operation_id, ToolsetCallToolId) and run is not None and run.tool_name:
+        return tool_span(ctx, run.tool_name, call_id=run.tool_call_id)
+    return nullcontext()
+
+
 class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | None"]):
     """Runs each durable unit of an agent run as one `ctx.step` of the enclosing workflow."""
 
@@ -187,7 +202,8 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | No
         path = _OCCURRENCES.path(ctx, self._path_key(operation_id, name, cache_key))
 
         async def unit() -> object:
-            return await body()
+            with _genai_span(ctx, operation_id, cache_key):
+                return await body()
 
         try:
             return await ctx.step(path, unit, retry=config)

@@ -264,6 +264,50 @@ def _attempt(ctx: Any, telemetry: RunTelemetry, path: str, attempt: int) -> Iter
                 {"lw.workflow_id": ctx.workflow_id, "lw.status": outcome})
 
 
+def chat_span(ctx: Any, model: str, *, provider: str | None = None,
+              conversation_id: str | None = None) -> Any:
+    """A context manager around one model request of an agent integration: span
+    `chat {model}` (kind CLIENT) with the OpenTelemetry GenAI attributes, a child of the
+    step it runs in. The shared no-op one when the run reports no spans."""
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+    if provider:
+        attributes["gen_ai.provider.name"] = provider
+    if conversation_id:
+        attributes["gen_ai.conversation.id"] = conversation_id
+    return _genai_span(ctx, f"chat {model}", "CLIENT", attributes)
+
+
+def tool_span(ctx: Any, tool: str, *, call_id: str | None = None,
+              tool_type: str = "function") -> Any:
+    """A context manager around one tool call of an agent integration: span
+    `execute_tool {tool}` (kind INTERNAL) with the OpenTelemetry GenAI attributes."""
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                  "gen_ai.tool.type": tool_type}
+    if call_id:
+        attributes["gen_ai.tool.call.id"] = call_id
+    return _genai_span(ctx, f"execute_tool {tool}", "INTERNAL", attributes)
+
+
+def _genai_span(ctx: Any, name: str, kind: str, attributes: dict[str, str]) -> Any:
+    telemetry = getattr(ctx, "telemetry", None)
+    if telemetry is None or telemetry.tracer is None:
+        return _OFF
+    return _genai(telemetry.tracer, name, kind, attributes)
+
+
+@contextmanager
+def _genai(tracer: Any, name: str, kind: str, attributes: dict[str, str]) -> Iterator[None]:
+    from opentelemetry import trace
+
+    with tracer.start_as_current_span(name, kind=getattr(trace.SpanKind, kind),
+                                      attributes=attributes) as span:
+        try:
+            yield
+        except Exception as e:
+            span.set_attribute("error.type", type(e).__qualname__)
+            raise
+
+
 def link_event(ctx: Any, sequence: int | None) -> None:
     """The run took the event at `sequence`: link its span to the span that sent it."""
     telemetry = ctx.telemetry
@@ -279,11 +323,13 @@ def link_event(ctx: Any, sequence: int | None) -> None:
 
 
 __all__ = [
+    "chat_span",
     "current_trace_context",
     "link_event",
     "observe_run",
     "record_queue_wait",
     "run_created_fields",
     "step_attempt",
+    "tool_span",
     "trace_fields",
 ]
