@@ -33,22 +33,39 @@ import otel_flows  # noqa: E402
 
 EXPORTER = InMemorySpanExporter()
 READER = InMemoryMetricReader()
-_attached: list[object] = []  # the tracer provider EXPORTER is attached to
+
+
+def unset_global_providers() -> None:
+    """What OpenTelemetry's own test utilities do between tests (the API sets each global
+    provider once per process): later tests in this pytest process — the README's — set
+    their own."""
+    import opentelemetry.metrics._internal as metrics_internal
+    from opentelemetry.util._once import Once
+
+    trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
+    trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+    metrics_internal._METER_PROVIDER_SET_ONCE = Once()
+    metrics_internal._METER_PROVIDER = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def global_providers() -> Any:
+    """The SDK's providers with the in-memory exporter and reader, set globally for this
+    module's tests and unset after them. A provider another test set first (the README's
+    tracer provider) gets the exporter added instead."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    if type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
+        metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+    yield
+    unset_global_providers()
 
 
 @pytest.fixture(autouse=True)
-def providers() -> Any:
-    """The global providers can be set once per process (another test — the README's —
-    may have set the tracer provider first: the exporter is added to that one)."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        trace.set_tracer_provider(TracerProvider())
-    provider = trace.get_tracer_provider()
-    if provider not in _attached:
-        assert isinstance(provider, TracerProvider)
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        _attached.append(provider)
-    if type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
-        metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+def fresh_exporter() -> Any:
     EXPORTER.clear()
     yield
 
