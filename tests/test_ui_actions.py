@@ -288,3 +288,55 @@ def test_approve_without_the_token_is_403_and_the_call_stays_pending(ui):
     code, _ = post(server, f"/api/runs/{rid}/approve/call_1", {"approved": True}, token=None)
     assert code == 403
     assert [p.tool_call_id for p in lw.pending_approvals(world, run_id=rid)] == ["call_1", "call_2"]
+
+
+# ---- resume says when it did not run --------------------------------------------------------
+
+SLOW_FLOWS = '''
+import time
+import little_workflow as lw
+
+def nap(x: int) -> int:
+    time.sleep(120)
+    return x
+
+@lw.workflow(id="slow")
+async def slow(ctx: lw.RunContext, input: dict) -> dict:
+    await ctx.step("nap", nap, 1)
+    return {}
+'''
+
+
+def test_resume_of_a_run_another_process_executes_is_409_naming_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from little_workflow.ops.cli_support import load_workflows
+
+    (tmp_path / "slow_flows.py").write_text(SLOW_FLOWS)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    holder = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "run", "slow_flows.py:slow",
+                               "--input", "{}", "--run-id", "run_busy", "--data-dir", "data"],
+                              cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": root},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    world = lw.local_world(str(tmp_path / "data"))
+    server = None
+    try:
+        deadline = time.monotonic() + 60
+        while not any(e.type == "step.started" for e in world.list_events("run_busy")):
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder did not start its step"
+            time.sleep(0.05)
+        server = make_server(world, port=0, workflows=load_workflows(str(tmp_path / "slow_flows.py")))
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        code, body = post(server, "/api/runs/run_busy/resume")
+        assert code == 409, body
+        assert "run_busy" in body["error"] and str(holder.pid) in body["error"], body
+        assert [e.type for e in world.list_events("run_busy")].count("run.started") == 1
+    finally:
+        holder.kill()
+        holder.wait()
+        if server is not None:
+            server.shutdown()
+            server.server_close()

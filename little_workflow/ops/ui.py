@@ -46,6 +46,9 @@ MAX_BODY = 1 << 20
 #: The header (or body field `token`) an action carries the server's token in.
 TOKEN_HEADER = "X-Little-Token"
 ACTIONS = ("cancel", "events", "fork", "resume", "approve")
+#: At most this long (seconds) a resume's answer waits for the run to start here; a run
+#: that starts later (its storage is slow) is shown starting by the page's live updates.
+RESUME_ANSWER_WAIT = 30.0
 
 
 class ActionError(Exception):
@@ -183,17 +186,34 @@ class Actions:
                               f"this server was not given (loaded: {loaded}); start it as "
                               "`little ui MODULE` to resume from here, or run `little worker MODULE`")
 
+        # The answer waits until the run has started here (its run.started is appended) or
+        # the attempt ended without starting it (locked by another process, code refused),
+        # so the page says which; what the run does after that it shows from the log.
+        began = threading.Event()
+        refused: list[BaseException] = []
+
+        def on_call(name: str, args: tuple, kwargs: dict) -> None:
+            if name == "append_event" and len(args) >= 2 and args[1] == "run.started":
+                began.set()
+
         def execute() -> None:
             try:
-                lw.run_workflow(wf, value, world=self.world, run_id=run_id, suspend=True)
+                lw.run_workflow(wf, value, world=lw.tracing_world(self.world, on_call),
+                                run_id=run_id, suspend=True)
             except (lw.WorkflowFailedError, lw.RunCancelledError):
                 pass  # its end is in its log, where the page shows it
             except Exception as e:  # not run (locked elsewhere, refused code): say so
+                refused.append(e)
                 self.say(f"little ui: resume of {run_id} did not run: {e}")
+            finally:
+                began.set()
 
         thread = threading.Thread(target=execute, name=f"resume {run_id}", daemon=True)
         self.resumes.append(thread)
         thread.start()
+        began.wait(RESUME_ANSWER_WAIT)
+        if refused:
+            raise refused[0]
         return {"runId": run_id, "resuming": True, "workflowId": wf.id}
 
 

@@ -206,7 +206,8 @@
       controls.push(el("div", { class: "act" },
         field("reason", { placeholder: "reason (optional)" }),
         el("button", { "data-action": "cancel", onclick: () => act(runApi(d, "cancel"), { reason: fields.reason || null },
-          (r) => ({ text: "cancel: run is " + r.status })) }, "cancel run")));
+          (r) => ({ text: r.status === "cancelled" ? "cancelled"
+            : "cancel requested: it is " + r.status + " elsewhere and stops at its next step, sleep or wait" })) }, "cancel run")));
       controls.push(el("div", { class: "act" },
         field("event-name", { placeholder: "event name", value: waitNames[0] || "" }),
         field("event-payload", { placeholder: "payload (JSON)", value: "null" }),
