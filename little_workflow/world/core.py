@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import threading
 import time
 import weakref
@@ -43,6 +44,7 @@ from .ids import (
 from .locks import CrossProcessLocks, held
 from .models import ArtifactManifest, Event, FrozenDict, FrozenList, thaw
 from .publish import Publisher, is_temp_name
+from .queue_slots import Slot, take_slot
 from .shared_state import RunLedger, StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
 from .storage_errors import read_only_error, storage_error
@@ -60,6 +62,9 @@ REF_SIZE = len('{"$ref":"artifact://art_0123456789abcdef"}')
 AFTER_END_ALLOWED = frozenset({"outer_loop.cycle_completed"})
 #: How long `World.close()` waits, by default, for runs in flight to give their locks back.
 CLOSE_WAIT_SECONDS = 10.0
+#: How many times `update_document` reads again after losing a race to another writer.
+UPDATE_ATTEMPTS = 200
+SLOT_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
 class EventPayloadError(LittleWorkflowError, TypeError):
@@ -174,6 +179,7 @@ class World:
         host_sources_allowed: bool,
         clock: Clock | None = None,
         read_only: bool = False,
+        slot_locks: CrossProcessLocks | None = None,
     ):
         if max_concurrent_steps is not None and max_concurrent_steps < 1:
             raise ValueError("max_concurrent_steps must be a positive integer or None")
@@ -194,6 +200,9 @@ class World:
         #: Opened for reading only (local_world(..., read_only=True)): every write refused.
         self.read_only = read_only
         self._cross_process_locks = cross_process_locks
+        # Queue slots (queue_slots.py): the run locks' backend unless the World names one
+        # (local_world's run locks check pids; its slots are kernel locks).
+        self._slot_locks = slot_locks if slot_locks is not None else cross_process_locks
         # Run ids (and outer-loop fences) whose lock a caller holds through this World,
         # counted: close() waits for them instead of dropping their locks.
         self._in_flight: dict[str, int] = {}
@@ -669,6 +678,14 @@ class World:
                 self.state, name, outer_loop_id, self._cross_process_locks) as t:
             yield t
 
+    def take_slot(self, name: str, label: str) -> Slot | None:
+        """Hold the named slot (a place within a queue's limit) if nobody does, in any
+        process or host: a `Slot` to `release()`, or None. Kernel locks on the local
+        disk, fenced leases on object stores, this process elsewhere (queue_slots.py)."""
+        if not SLOT_NAME_RE.fullmatch(name):
+            raise WorldPathError(f"invalid slot name {name!r}: [A-Za-z0-9_-]{{1,100}}")
+        return take_slot(self.state, self._slot_locks, name, label)
+
     @contextlib.contextmanager
     def _holding(self, label: str) -> Iterator[None]:
         """Count `label` in flight until its lock is released (see close())."""
@@ -787,6 +804,41 @@ class World:
     def create_document(self, relative_path: str, doc: Any) -> bool:
         """Publish a JSON document once; False when it already exists."""
         return self.create_file(relative_path, _document_bytes(doc))
+
+    def update_document(self, relative_path: str, change: Callable[[Any], Any], *,
+                        durable: bool = True) -> Any:
+        """Read-modify-write a small JSON document with no lost update: `change(doc)`
+        (None when there is none) returns the new document; it is written only if the
+        document is still the one read (compare-and-swap: the store's conditional write
+        on object stores, a kernel lock of the folder on the local disk, a lock of the
+        process elsewhere), else `change` is called again on what is there now. A
+        `change` that returns its argument unchanged writes nothing. Returns the document
+        as written (or as found)."""
+        path = self._file_path(relative_path)
+        for attempt in range(UPDATE_ATTEMPTS):
+            with _storage(path):
+                found = self.publisher.read_versioned(path)
+            doc = None
+            if found is not None:
+                try:
+                    doc = json.loads(found[0])
+                except ValueError as e:
+                    raise DocumentCorruptError(path, str(e)) from None
+            new = change(doc)
+            if new == doc:
+                return doc
+            with _storage(path):
+                if self.publisher.replace_if(path, _document_bytes(new),
+                                             found[1] if found is not None else None,
+                                             durable=durable):
+                    return new
+            # Another writer got there first: read again (a little later when it keeps
+            # happening, so contenders spread out).
+            if attempt >= 3:
+                time.sleep(min(0.05, 0.001 * 2 ** (attempt - 3)))
+        raise StorageError(path, f"could not update the document after {UPDATE_ATTEMPTS} "
+                           "attempts: other writers changed it every time",
+                           "try again; if it persists, something rewrites it in a loop")
 
 
 @contextlib.contextmanager
