@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.context import RunContext, current_run
     from .runtime.control import cancel_run, start_workflow
     from .runtime.fork import fork_run
+    from .runtime.handles import RunHandle, get_run
     from .runtime.outer_loop import Continue, Done
     from .runtime.queues import Queue, RateLimit, declare_queue, delete_queue, enqueue, list_queues
     from .runtime.runner import areplay_run, materialize_run_state, replay_run
@@ -100,6 +101,7 @@ _LAZY = {
     "RateLimit": ".runtime.queues",
     "Retry": ".runtime.steps",
     "RunContext": ".runtime.context",
+    "RunHandle": ".runtime.handles",
     "current_run": ".runtime.context",
     "RunPage": ".world.catalogue",
     "RunResult": ".runtime.state",
@@ -122,6 +124,7 @@ _LAZY = {
     "file_mount": ".runtime.bash_steps",
     "fork_run": ".runtime.fork",
     "gc": ".ops.gc",
+    "get_run": ".runtime.handles",
     "list_queues": ".runtime.queues",
     "list_runs": ".world.catalogue",
     "local_world": ".world",
@@ -192,6 +195,7 @@ __all__ = [
     "ReplayDivergenceError",
     "Retry",
     "RunContext",
+    "RunHandle",
     "RunLockedError",
     "RunNotFoundError",
     "RunQueuedError",
@@ -244,6 +248,7 @@ __all__ = [
     "enqueue",
     "file_mount",
     "gc",
+    "get_run",
     "list_queues",
     "list_runs",
     "local_world",

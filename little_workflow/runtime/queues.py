@@ -33,7 +33,7 @@ from ..errors import (
 from ..world.clock import to_iso
 from ..world.ids import content_hash, new_run_id, validate_run_id
 from .active_index import active_run_ids
-from .queue_handle import RunHandle
+from .handles import RunHandle
 from .queue_layout import (
     QUEUE_NAME_RE,
     QUEUES_DIR,
