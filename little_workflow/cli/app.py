@@ -11,6 +11,7 @@ import click
 import little_workflow as lw
 
 from .control import cancel, fork, send
+from .queues import enqueue, queues
 from .reading import artifacts, events, inspect_run, replay, ui
 from .running import demo, run, worker
 from .runs import runs
@@ -28,7 +29,7 @@ def cli(data_dir: str | None, world_url: str | None) -> None:
 
 
 for command in (run, worker, demo, runs, send, cancel, fork, events, replay, artifacts,
-                inspect_run, ui, verify, replay_check, gc_command):
+                inspect_run, ui, verify, replay_check, gc_command, queues, enqueue):
     cli.add_command(command)
 
 
