@@ -4,6 +4,7 @@
     python queue_child.py hold-slot WORLD NAME      hold a slot, print "held", sleep until killed
     python queue_child.py worker WORLD CONCURRENCY  a Worker of queue_flows' workflows until SIGTERM
     python queue_child.py drain WORLD CONCURRENCY   the same, `run_until_idle()` then exit
+    python queue_child.py enqueue WORLD QUEUE N KEY DEDUP DEBOUNCE   print the run id ("-": none)
 
 WORLD is `local:DIR` (local_world) or an fsspec URL (`file:///…`, `s3://bucket/prefix`; S3
 reaches moto through FSSPEC_S3_ENDPOINT_URL).
@@ -50,6 +51,16 @@ def worker(world: Any, concurrency: int, until_idle: bool) -> None:
         w.run()
 
 
+def enqueue(world: Any, queue: str, n: int, key: str, dedup: str, debounce: str) -> None:
+    import queue_flows
+
+    handle = lw.enqueue(world, queue_flows.work_flow, {"n": n, "key": key, "seconds": 0.05},
+                        queue=queue, key=None if key == "-" else key,
+                        dedup_id=None if dedup == "-" else dedup,
+                        debounce=None if debounce == "-" else float(debounce))
+    print(handle.run_id, flush=True)
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     mode, spec = sys.argv[1], sys.argv[2]
@@ -60,5 +71,7 @@ if __name__ == "__main__":
         hold_slot(world, sys.argv[3])
     elif mode in ("worker", "drain"):
         worker(world, int(sys.argv[3]), mode == "drain")
+    elif mode == "enqueue":
+        enqueue(world, sys.argv[3], int(sys.argv[4]), *sys.argv[5:8])
     else:
         raise SystemExit(f"unknown mode {mode}")
