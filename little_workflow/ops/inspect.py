@@ -219,6 +219,7 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
         "finished": ended is not None,
         "waitingFor": waiting_for(open_spans),
         "forkedFrom": _plain(forked),
+        "queue": _queue_of(created),
         "subRuns": folded["subRuns"],
         "starts": folded["starts"],
         "steps": steps,
@@ -227,6 +228,15 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
         "lastSequence": state.last_sequence,
         "forkPoints": list(fork_points(RunLog.fold(run_id, events))),
     }
+
+
+def _queue_of(created: dict[str, Any]) -> dict[str, Any] | None:
+    """A queued run's queue, key and priority (DESIGN §17), as `run.created` holds them."""
+    fields = created.get("queue")
+    if not isinstance(fields, dict) or not isinstance(fields.get("name"), str):
+        return None
+    return {"name": fields["name"], "key": fields.get("key"),
+            "priority": fields.get("priority", 0), "order": fields.get("order")}
 
 
 def _owner_label(events: list[Any]) -> str | None:

@@ -24,6 +24,7 @@ from ..errors import (
     RunCancelledError,
     RunFinishedError,
     RunLockedError,
+    RunQueuedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
@@ -36,6 +37,7 @@ from ..world.models import thaw
 from .active_index import mark_active
 from .context import RunContext, running
 from .loops import may_block_loop, run_on_own_loop
+from .queue_layout import queue_fields
 from .state import RunLog, RunResult, RunState, materialize
 from .step_engine import INLINE_OUTPUT_LIMIT
 from .steps import error_record
@@ -154,9 +156,18 @@ async def arun_single(
         return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id)
 
 
+async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: Any, run_id: str,
+                        admission: Any) -> RunResult[Any]:
+    """Start or resume a queued run that a worker admitted: the caller holds the run's
+    lock and the queue's places (`queue_picking.Admission`), and gives them back after.
+    Suspends at a wait, so the places are not held while the run waits."""
+    value = input_json(wf, input, run_id)
+    return await _run_locked(world, wf, value, run_id, None, True, None, admission)
+
+
 async def _run_locked(
     world: Any, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
-    parent_run_id: str | None = None,
+    parent_run_id: str | None = None, admission: Any = None,
 ) -> RunResult[Any]:
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -171,11 +182,15 @@ async def _run_locked(
         if log.status == "failed":
             raise WorkflowFailedError(run_id, None, stored_value(world, log.error) or {},
                                       log.traceback)
+        queue = queue_fields(log.created)
+        if queue is not None and admission is None and log.status != "cancelled":
+            raise RunQueuedError(run_id, queue["name"])
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
     try:
-        return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id))
+        return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id,
+                                                   admission))
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says
@@ -191,7 +206,7 @@ async def _run_locked(
 
 
 async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
-                       parent_run_id: str | None) -> RunResult[Any]:
+                       parent_run_id: str | None, admission: Any = None) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     resuming = log.created is not None
     if not resuming:
@@ -201,8 +216,10 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     await cancelled_on_entry(ctx)
     if resuming:
         await offload(world, refuse_other_versions, world, log, wf)
-    ctx.begin_execution(await ctx.append(
-        "run.started", {"start": log.starts + 1, "version": wf.code_version}, durable=False))
+    started = {"start": log.starts + 1, "version": wf.code_version}
+    if admission is not None:
+        started.update(admission.started_fields())  # the queue, and when it counted
+    ctx.begin_execution(await ctx.append("run.started", started, durable=False))
     ctx.watch = RunWatch(ctx).start()
     ctx.body_task = asyncio.current_task()
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import signal
 import threading
@@ -33,6 +34,8 @@ from ..errors import (
 from ..world.clock import from_iso
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .loops import own
+from .queue_layout import queue_fields
+from .queue_picking import Admission, QueuePicker
 from .retry import RetryBackoff
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
@@ -82,6 +85,10 @@ class Worker:
         self._thread_state = threading.local()  # each pool thread's event loop
         self._loops: list[asyncio.AbstractEventLoop] = []
         self.runs_executed = 0
+        # Queued runs (DESIGN §17): started within their queues' limits, a pass at a time,
+        # from the sweep and whenever a thread frees (queue_picking.py).
+        self._queues = QueuePicker(world, self._backoff, self._is_due)
+        self._admit_lock = threading.Lock()
 
     # ---- what is due ----------------------------------------------------------------
 
@@ -188,6 +195,34 @@ class Worker:
 
     # ---- executing --------------------------------------------------------------------
 
+    def _execute_admitted(self, adm: Admission) -> None:
+        """A queued run the picker admitted: executed under its lock and places, which are
+        given back when it ends or suspends at a wait."""
+        from .runner import arun_admitted
+
+        loop = self._loop()
+        try:
+            try:
+                input = stored_value(self.world, (adm.log.created or {}).get("input"))
+                loop.run_until_complete(arun_admitted(adm.workflow, input, world=self.world,
+                                                      run_id=adm.run_id, admission=adm))
+                self.runs_executed += 1
+                self._backoff.ran(adm.run_id)
+            finally:
+                adm.release()
+        except (WorkflowFailedError, RunCancelledError) as e:
+            self._backoff.ran(adm.run_id)
+            log.info("run %s ended: %s", adm.run_id, e)
+        except (WorkflowVersionError, ReplayDivergenceError) as e:
+            self._backoff.refused(adm.run_id, e, adm.log.last_sequence)
+        except LittleWorkflowError as e:
+            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+            self._reread.add(adm.run_id)
+        except Exception as e:
+            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+        finally:
+            _cancel_leftovers(loop)
+
     def _input(self, run_log: RunLog) -> Any:
         return stored_value(self.world, (run_log.created or {}).get("input"))
 
@@ -244,12 +279,17 @@ class Worker:
         return started
 
     def sweep(self, *, skip_locked: bool = False) -> int:
-        """Start every due run (up to the pool's capacity queueing the rest); returns how
-        many were started."""
+        """Start every due run (up to the pool's capacity queueing the rest; queued runs
+        within their queues' limits, up to the pool's free threads); returns how many
+        were started."""
         started = 0
+        queued = []
         for run_id, wf, run_log in self.due_runs(skip_locked=skip_locked):
             if self._stop.is_set():
                 break
+            if queue_fields(run_log.created) is not None:
+                queued.append((run_id, wf, run_log))
+                continue
             fut = self._pool.submit(self._execute, run_id, wf, self._input(run_log),
                                     run_log.last_sequence)
             self._in_flight[run_id] = fut
@@ -259,11 +299,42 @@ class Worker:
 
             fut.add_done_callback(finished)
             started += 1
-        return started
+        with self._admit_lock:
+            self._queues.offer(queued)
+        return started + self._admit_queued()
+
+    def _admit_queued(self) -> int:
+        """One pass over the queued runs (queue_picking.py): each admitted run goes to the
+        pool with its lock and its queue's places held."""
+        with self._admit_lock:
+            if self._stop.is_set() or not self._queues.has_candidates():
+                return 0
+            try:
+                admitted = self._queues.admit(self.concurrency - len(self._in_flight),
+                                              set(self._in_flight))
+            except LittleWorkflowError as e:
+                log.warning("could not start queued runs now: %s", e)
+                return 0
+            for i, adm in enumerate(admitted):
+                try:
+                    fut = self._pool.submit(self._execute_admitted, adm)
+                except RuntimeError:  # the pool is shut down: give everything back
+                    for left in admitted[i:]:
+                        left.release()
+                    return i
+                self._in_flight[adm.run_id] = fut
+                fut.add_done_callback(functools.partial(self._future_done, adm.run_id))
+            return len(admitted)
+
+    def _future_done(self, run_id: str, _future: Any) -> None:
+        self._done(run_id)
 
     def _done(self, run_id: str) -> None:
         self._in_flight.pop(run_id, None)
-        self._sweep_if_short()
+        # A thread is free: start the next queued run at once, from the candidates the last
+        # sweep found, without a sweep. Only when that starts nothing is a sweep wanted.
+        if not self._admit_queued():
+            self._sweep_if_short()
 
     def _sweep_if_short(self) -> None:
         # Due runs already handed to the pool start as soon as a thread frees. Sweep again
@@ -285,9 +356,12 @@ class Worker:
             while not self._stop.is_set():
                 self._wake.clear()
                 started = self._paced_sweep(skip_locked=True)
-                if not started and not self._in_flight:
+                waiting = self._queues.pending()  # a queued run waits for a place or the window
+                if not started and not self._in_flight and not waiting:
                     return
-                self._wake.wait()  # a thread idles (see _done), or something was appended
+                # A thread idles (see _done), something was appended, or a queue's place
+                # or window may have freed.
+                self._wake.wait(self._queues.retry_in() if waiting else None)
         finally:
             unlisten(self.world, None, self)
 
@@ -318,9 +392,9 @@ class Worker:
             if left <= 0:
                 return
             waiters, next_due = self._known_waits()
-            retry_in = self._backoff.next_retry_in()
-            if retry_in is not None and (next_due is None or retry_in < next_due):
-                next_due = retry_in
+            for retry_in in (self._backoff.next_retry_in(), self._queues.retry_in()):
+                if retry_in is not None and (next_due is None or retry_in < next_due):
+                    next_due = retry_in
             pause = min(left, WAIT_POLL_SECONDS)
             if next_due is not None and next_due < pause:
                 self._wake.wait(next_due)

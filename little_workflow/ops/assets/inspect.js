@@ -123,6 +123,8 @@
       ["duration", runDuration(d)],
       ["events", String(d.events.length)], ["steps", String(d.steps.length)],
     ];
+    if (d.queue) rows.push(["queue", el("span", { "data-queue": d.queue.name }, d.queue.name +
+      (d.queue.key != null ? " · key " + d.queue.key : "") + " · priority " + d.queue.priority)]);
     if (d.starts.length > 1) rows.push(["starts", d.starts.length + " (resumed " + (d.starts.length - 1) + "×)"]);
     if (d.waitingFor) rows.push(["waiting for", el("span", { class: "waiting", "data-waiting-for": "" }, d.waitingFor)]);
     if (d.forkedFrom) rows.push(["forked from", el("span", {},
