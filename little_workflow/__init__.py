@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ApprovalNotPendingError,
     ArtifactHashMismatchError,
     ArtifactManifestCorruptError,
     ArtifactNotFoundError,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from . import testing
     from .ops.gc import GcReport, gc
     from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
+    from .runtime.approvals import PendingApproval, approve_tool_call, pending_approvals
     from .runtime.bash_steps import Mount, file_mount, read_only
     from .runtime.context import RunContext, current_run
     from .runtime.control import cancel_run, start_workflow
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.signals import send_event
     from .runtime.state import RunResult, RunState, StepState
     from .runtime.steps import Retry, StepInfo, current_step
+    from .runtime.streams import aread_stream, read_stream
     from .runtime.worker import Worker
     from .runtime.workflow import Workflow, workflow
     from .world import (
@@ -97,6 +100,7 @@ _LAZY = {
     "MemoryReadOnlyError": ".world.memory_store",
     "MemoryStore": ".world.memory_store",
     "Mount": ".runtime.bash_steps",
+    "PendingApproval": ".runtime.approvals",
     "Queue": ".runtime.queues",
     "RateLimit": ".runtime.queues",
     "Retry": ".runtime.steps",
@@ -116,6 +120,8 @@ _LAZY = {
     "areplay_run": ".runtime.runner",
     "arun_pipeline": ".runtime.api",
     "arun_workflow": ".runtime.api",
+    "approve_tool_call": ".runtime.approvals",
+    "aread_stream": ".runtime.streams",
     "cancel_run": ".runtime.control",
     "current_step": ".runtime.steps",
     "declare_queue": ".runtime.queues",
@@ -129,7 +135,9 @@ _LAZY = {
     "list_runs": ".world.catalogue",
     "local_world": ".world",
     "materialize_run_state": ".runtime.runner",
+    "pending_approvals": ".runtime.approvals",
     "read_only": ".runtime.bash_steps",
+    "read_stream": ".runtime.streams",
     "replay_run": ".runtime.runner",
     "run_pipeline": ".runtime.api",
     "run_workflow": ".runtime.api",
@@ -163,6 +171,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApprovalNotPendingError",
     "ArtifactHashMismatchError",
     "ArtifactManifest",
     "ArtifactManifestCorruptError",
@@ -188,6 +197,7 @@ __all__ = [
     "NotInStepError",
     "OutputSchemaError",
     "Mount",
+    "PendingApproval",
     "Queue",
     "QueueNotEmptyError",
     "QueueNotFoundError",
@@ -233,6 +243,7 @@ __all__ = [
     "World",
     "WorldBusyError",
     "WorldPathError",
+    "approve_tool_call",
     "areplay_run",
     "arun_pipeline",
     "cancel_run",
@@ -241,6 +252,7 @@ __all__ = [
     "start_workflow",
     "testing",
     "arun_workflow",
+    "aread_stream",
     "current_run",
     "current_step",
     "declare_queue",
@@ -253,7 +265,9 @@ __all__ = [
     "list_runs",
     "local_world",
     "materialize_run_state",
+    "pending_approvals",
     "read_only",
+    "read_stream",
     "replay_run",
     "run_pipeline",
     "run_workflow",
