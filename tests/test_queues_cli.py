@@ -98,3 +98,24 @@ def test_queues_with_none_declared_says_so(tmp_path):
     out = little("queues", "--data-dir", str(tmp_path / "w"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "no queues" in out.stdout
+
+
+def test_start_with_a_queue_enqueues_and_wait_gives_the_result(tmp_path):
+    data_dir = project(tmp_path)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "little_workflow.cli", "worker", "qflows", "--data-dir", data_dir],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out = little("start", "qflows:add", "--input", '{"n": 1}', "--queue", "llm", "--wait",
+                     "--json", "--data-dir", data_dir, cwd=tmp_path)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["output"] == 2
+    world = lw.local_world(data_dir)
+    created = world.list_events(doc["runId"])[0].payload
+    assert created["queue"]["name"] == "llm"
+    world.close()

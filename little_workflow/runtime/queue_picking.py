@@ -48,6 +48,7 @@ class Candidate:
     run_id: str
     workflow: Any
     fields: dict[str, Any]
+    resume: bool = False  # started before: the rate window does not hold it back
 
     @property
     def rank(self) -> tuple[int, int, str]:
@@ -105,7 +106,7 @@ class QueuePicker:
         for run_id, wf, run_log in runs:
             fields = queue_fields(run_log.created)
             if fields is not None:
-                cands.append(Candidate(run_id, wf, fields))
+                cands.append(Candidate(run_id, wf, fields, run_log.starts > 0))
         cands.sort(key=lambda c: c.rank)
         self._candidates = cands
 
@@ -165,6 +166,13 @@ class QueuePicker:
         admitted: list[Admission] = []
         full_keys: set[str | None] = set()
         place = None
+        frees_at = window_frees_at(self.world, queue, now)
+        if frees_at is not None:
+            # The window is full (read, not written): only resumes may go; first starts
+            # are not tried (no run lock, no log read) until it frees.
+            self._pending = True
+            self._retry_at = frees_at if self._retry_at is None else min(self._retry_at, frees_at)
+            cands = [c for c in cands if c.resume]
         for cand in cands:
             if len(admitted) >= capacity:
                 self._pending = True
@@ -296,6 +304,21 @@ def _cancel_later(world: Any, run_id: str) -> None:
         cancel_run(world, run_id, "debounced")
     except LittleWorkflowError as e:
         log.info("could not cancel superseded debounced run %s: %s", run_id, e)
+
+
+def window_frees_at(world: Any, queue: dict[str, Any], now: float) -> float | None:
+    """When a queue's full rate window frees (epoch seconds), or None when it has room or
+    no rate limit: one read of `starts.json`, for a pass to skip first starts cheaply.
+    `record_start` decides, under compare-and-swap."""
+    rate = queue.get("rateLimit")
+    if rate is None:
+        return None
+    limit, period = int(rate["limit"]), float(rate["period"])
+    doc = world.read_document(f"{queue_dir(queue['name'])}/starts.json")
+    found = doc.get("times") if isinstance(doc, dict) else None
+    times = sorted(t for t in found or [] if isinstance(t, (int, float)))
+    recent = [t for t in times if t > now - period]
+    return recent[-limit] + period if len(recent) >= limit else None
 
 
 def record_start(world: Any, queue: dict[str, Any], now: float,

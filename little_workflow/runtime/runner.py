@@ -190,7 +190,7 @@ async def _run_locked(
     ctx.suspend = suspend
     try:
         return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id,
-                                                   admission))
+                                                    admission))
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says

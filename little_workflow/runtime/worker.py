@@ -306,6 +306,7 @@ class Worker:
     def _admit_queued(self) -> int:
         """One pass over the queued runs (queue_picking.py): each admitted run goes to the
         pool with its lock and its queue's places held."""
+        submitted = []
         with self._admit_lock:
             if self._stop.is_set() or not self._queues.has_candidates():
                 return 0
@@ -321,10 +322,14 @@ class Worker:
                 except RuntimeError:  # the pool is shut down: give everything back
                     for left in admitted[i:]:
                         left.release()
-                    return i
+                    break
                 self._in_flight[adm.run_id] = fut
-                fut.add_done_callback(functools.partial(self._future_done, adm.run_id))
-            return len(admitted)
+                submitted.append((adm.run_id, fut))
+        # Outside the lock: a run that already ended calls back at once, in this thread,
+        # and its callback makes a pass of its own (the lock is not reentrant).
+        for run_id, fut in submitted:
+            fut.add_done_callback(functools.partial(self._future_done, run_id))
+        return len(submitted)
 
     def _future_done(self, run_id: str, _future: Any) -> None:
         self._done(run_id)
