@@ -47,7 +47,6 @@ pydantic-ai-slim 2.68.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import sys
@@ -259,11 +258,10 @@ def _genai_span(ctx: RunContext, operation_id: DurableOperationId,
     return nullcontext()
 
 
-async def _call_unit(body: Callable[[], Awaitable[object]], span: Callable[[], Any]) -> object:
+async def _call_unit(body: Callable[[], Awaitable[object]]) -> object:
     # Unannotated on purpose: the unit's result is already JSON (Pydantic AI's codec), so
     # the step keeps it as plain JSON without looking up a type for each unit.
-    with span():  # one GenAI span per attempt, inside the attempt's step span
-        return await body()
+    return await body()
 
 
 class LittleWorkflowOperationBackend(JournalCallableOperationBackend[UnitConfig]):
@@ -287,9 +285,13 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend[UnitConfig]
         if ctx is None:
             return await body()
         path = _RUN_PATHS.path(ctx, self._path_key(ctx, operation_id, name, cache_key))
-        span = functools.partial(_genai_span, ctx, operation_id, cache_key)
+
+        async def traced() -> object:
+            with _genai_span(ctx, operation_id, cache_key):
+                return await body()
+
         try:
-            return await ctx.step(path, _call_unit, body, span, retry=config["retry"],
+            return await ctx.step(path, _call_unit, traced, retry=config["retry"],
                                   timeout=config["timeout"])
         except StepFailedError as e:
             # The first execution raises what the model or tool raised (Pydantic AI and the
