@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..world.clock import from_iso
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
+from .deadlines import cancel_if_past, deadline_of
 from .loops import own
 from .retry import RetryBackoff
 from .signals import pick_signal
@@ -140,6 +141,8 @@ class Worker:
                 if not self._unindex(run_id):
                     self._finished.add(run_id)
                 continue
+            if self._enforce_deadline(run_id, run_log, now):
+                continue  # cancelled, or its holder was asked to stop
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
                 continue
@@ -148,6 +151,15 @@ class Worker:
             if self._is_due(run_log, now):
                 due.append((run_id, wf, run_log))
         return due
+
+    def _enforce_deadline(self, run_id: str, run_log: RunLog, now: float) -> bool:
+        """A run nobody here executes whose deadline passed is cancelled (DESIGN §17),
+        whatever its workflow: cancelling runs none of its code."""
+        try:
+            return cancel_if_past(self.world, run_id, run_log, now)
+        except LittleWorkflowError as e:
+            log.warning("could not cancel run %s past its deadline: %s", run_id, e)
+            return False
 
     def _forget(self, listed: set[str]) -> None:
         """Drop what this worker remembers of runs the index no longer names."""
@@ -323,13 +335,19 @@ class Worker:
 
     def _known_waits(self) -> tuple[list[str], float | None]:
         """Runs waiting for an event (as of their last read), and seconds until the
-        earliest known wake time or deadline still ahead (None: none known; the sweep
-        handles those already past)."""
+        earliest known wake time, wait deadline or run deadline still ahead (None: none
+        known; the sweep handles those already past)."""
         now = self.world.clock.now()
         waiters: list[str] = []
         next_due: float | None = None
         for run_id, run_log in list(self._logs.items()):
-            if run_log.status != "waiting" or run_id in self._in_flight:
+            if run_id in self._in_flight or run_log.status in TERMINAL_STATUSES:
+                continue
+            deadline = deadline_of(run_log)
+            if deadline is not None and deadline > now:
+                left = deadline - now
+                next_due = left if next_due is None else min(next_due, left)
+            if run_log.status != "waiting":
                 continue
             for w in run_log.open_waits.values():
                 due = w.get("wakeAt") if w["kind"] == "sleep" else w.get("deadline")
