@@ -122,7 +122,7 @@ def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcR
         with world.run_lock(run_id):
             if artifact_ids is not None:
                 run_deletion.mark_for_deletion(world, run_id, artifact_ids)
-            freed = run_deletion.finish_deletion(world, run_id)
+            freed = world.finish_deletion(run_id)
     except RunLockedError:
         report.skipped[run_id] = "its lock is held (it is in use)"
         return

@@ -1,6 +1,5 @@
-"""`cancel_run`: `run.cancel_requested`, the same request to every unfinished sub-run,
-then `run.cancelled` — by the run's executor at its next boundary, or here at once when
-nobody holds the run (a waiting or unstarted one). Deadlines cancel through it too."""
+"""`cancel_run`: `run.cancel_requested`, then `run.cancelled` — at once for a run nobody
+executes, at the next step boundary, sleep or wait for a running one."""
 
 from __future__ import annotations
 

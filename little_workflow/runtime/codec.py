@@ -44,9 +44,9 @@ from pydantic_core import (
     to_json,
 )
 
-from ..world.core import frozen_json
 from ..world.ids import canonical_json
 from ..world.models import thaw
+from ..world.payloads import frozen_json
 
 _BASE64_BYTES: CoreConfig = {"ser_json_bytes": "base64", "val_json_bytes": "base64"}
 #: Keys of a core schema node that hold data, not sub-schemas (a default value, literal

@@ -1,21 +1,22 @@
-"""Controlling runs from outside: `start_workflow` (create, a worker executes) and
-`cancel_run` (`run.cancel_requested`, then `run.cancelled`: cancel.py)."""
+"""Controlling runs from outside: `start_workflow` (create, a worker executes; with
+`handle=True` a `RunHandle` on the new run) and `cancel_run` (in cancel.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from ..errors import InputMismatchError, WorkflowMismatchError
 from ..world.ids import content_hash, new_run_id, validate_run_id
-from .cancel import acancel_run as acancel_run
-from .cancel import cancel_run as cancel_run
+from .cancel import acancel_run, cancel_run
 from .deadlines import Deadline, deadline_record, seconds_of
+from .handles import RunHandle
 from .state import RunLog
 from .waiting import notify_run
 from .workflow import Workflow
 
 In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 def _world(world: Any) -> Any:
@@ -58,16 +59,54 @@ def _create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id
     return run_id
 
 
+@overload
 async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
-                          run_id: str | None = None, deadline: Deadline | None = None) -> str:
+                          run_id: str | None = None, handle: Literal[False] = False,
+                          deadline: Deadline | None = None) -> str: ...
+
+
+@overload
+async def astart_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+                          run_id: str | None = None, handle: Literal[True],
+                          deadline: Deadline | None = None) -> RunHandle[Out]: ...
+
+
+async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+                          run_id: str | None = None, handle: bool = False,
+                          deadline: Deadline | None = None) -> Any:
     """`start_workflow` for async code: the writes run in a worker thread."""
-    return await asyncio.to_thread(_create_unless_exists, wf, input, world, run_id, deadline)
+    return await asyncio.to_thread(_start, wf, input, world, run_id, handle, deadline)
+
+
+@overload
+def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+                   run_id: str | None = None, handle: Literal[False] = False,
+                   deadline: Deadline | None = None) -> str: ...
+
+
+@overload
+def start_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+                   run_id: str | None = None, handle: Literal[True],
+                   deadline: Deadline | None = None) -> RunHandle[Out]: ...
 
 
 def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
-                   run_id: str | None = None, deadline: Deadline | None = None) -> str:
+                   run_id: str | None = None, handle: bool = False,
+                   deadline: Deadline | None = None) -> Any:
     """Validate the input and create the run without executing it (a worker will);
-    returns its run id. `deadline` (a timedelta or seconds; default: the workflow's
-    `timeout`): the run is cancelled once that much time has passed on the World's clock
-    since its creation, whatever it is doing (DESIGN §17); an existing run keeps its own."""
-    return _create_unless_exists(wf, input, world, run_id, deadline)
+    returns its run id, or with `handle=True` a `RunHandle` on it (`.result()` waits for
+    whichever process executes it). `deadline` (a timedelta or seconds; default: the
+    workflow's `timeout`): the run is cancelled once that much time has passed on the
+    World's clock since its creation, whatever it is doing (DESIGN §17); an existing run
+    keeps its own."""
+    return _start(wf, input, world, run_id, handle, deadline)
+
+
+def _start(wf: Workflow[In, Any], input: Any, world: Any, run_id: str | None,
+           handle: bool, deadline: Deadline | None = None) -> Any:
+    world = _world(world)
+    run_id = _create_unless_exists(wf, input, world, run_id, deadline)
+    return RunHandle(world, run_id, wf) if handle else run_id
+
+
+__all__ = ["acancel_run", "astart_workflow", "cancel_run", "start_workflow"]

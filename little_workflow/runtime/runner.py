@@ -34,7 +34,7 @@ from ..errors import (
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
 from .active_index import mark_active
-from .context import INLINE_OUTPUT_LIMIT, RunContext, running
+from .context import RunContext, running
 from .deadlines import (
     Deadline,
     deadline_of,
@@ -45,6 +45,7 @@ from .deadlines import (
 from .deadlines import passed as deadline_passed
 from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
+from .step_engine import INLINE_OUTPUT_LIMIT
 from .steps import error_record
 from .values import decode_input, decode_output, encode_input, encode_output, stored_value
 from .versions import refuse_other_versions

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ReplayDivergenceError, SchemaValidationError, StepError
-from ..world.core import read_back
+from ..world.payloads import read_back
 from .codec import PLAIN, Codec, ValueCodecError, input_codec, return_codec
 
 

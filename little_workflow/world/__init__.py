@@ -6,9 +6,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .core import EventPayloadError, World
+    from .core import World
     from .local import local_world
     from .models import ArtifactManifest, Event
+    from .payloads import EventPayloadError
     from .tracing import tracing_world
     from .virtual import virtual_world
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "ArtifactManifest": ".models",
     "Event": ".models",
-    "EventPayloadError": ".core",
+    "EventPayloadError": ".payloads",
     "World": ".core",
     "local_world": ".local",
     "tracing_world": ".tracing",
