@@ -28,6 +28,7 @@ from .errors import (
     RunLockedError,
     RunNotFoundError,
     RuntimeIntegrityError,
+    ScheduleError,
     SchemaValidationError,
     StepError,
     StepFailedError,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.handles import RunHandle, get_run
     from .runtime.outer_loop import Continue, Done
     from .runtime.runner import areplay_run, materialize_run_state, replay_run
+    from .runtime.schedules import Schedule, add_schedule, list_schedules, remove_schedule
     from .runtime.signals import send_event
     from .runtime.state import RunResult, RunState, StepState
     from .runtime.steps import Retry, StepInfo, current_step
@@ -98,6 +100,7 @@ _LAZY = {
     "current_run": ".runtime.context",
     "RunPage": ".world.catalogue",
     "RunResult": ".runtime.state",
+    "Schedule": ".runtime.schedules",
     "RunState": ".runtime.state",
     "RunSummary": ".world.catalogue",
     "StepInfo": ".runtime.steps",
@@ -106,6 +109,7 @@ _LAZY = {
     "Worker": ".runtime.worker",
     "Workflow": ".runtime.workflow",
     "World": ".world",
+    "add_schedule": ".runtime.schedules",
     "areplay_run": ".runtime.runner",
     "arun_pipeline": ".runtime.api",
     "arun_workflow": ".runtime.api",
@@ -116,9 +120,11 @@ _LAZY = {
     "gc": ".ops.gc",
     "get_run": ".runtime.handles",
     "list_runs": ".world.catalogue",
+    "list_schedules": ".runtime.schedules",
     "local_world": ".world",
     "materialize_run_state": ".runtime.runner",
     "read_only": ".runtime.bash_steps",
+    "remove_schedule": ".runtime.schedules",
     "replay_run": ".runtime.runner",
     "run_pipeline": ".runtime.api",
     "run_workflow": ".runtime.api",
@@ -199,6 +205,8 @@ __all__ = [
     "RunSummary",
     "RunState",
     "RuntimeIntegrityError",
+    "Schedule",
+    "ScheduleError",
     "SchemaValidationError",
     "StepError",
     "StepFailedError",
@@ -216,6 +224,7 @@ __all__ = [
     "World",
     "WorldBusyError",
     "WorldPathError",
+    "add_schedule",
     "areplay_run",
     "arun_pipeline",
     "cancel_run",
@@ -230,9 +239,11 @@ __all__ = [
     "gc",
     "get_run",
     "list_runs",
+    "list_schedules",
     "local_world",
     "materialize_run_state",
     "read_only",
+    "remove_schedule",
     "replay_run",
     "run_pipeline",
     "run_workflow",

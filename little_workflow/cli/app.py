@@ -14,6 +14,7 @@ from .control import cancel, fork, send
 from .reading import artifacts, events, inspect_run, replay, ui
 from .running import demo, run, worker
 from .runs import runs
+from .schedules import schedules
 from .upkeep import gc_command, replay_check, verify
 
 
@@ -28,7 +29,7 @@ def cli(data_dir: str | None, world_url: str | None) -> None:
 
 
 for command in (run, worker, demo, runs, send, cancel, fork, events, replay, artifacts,
-                inspect_run, ui, verify, replay_check, gc_command):
+                inspect_run, ui, verify, replay_check, gc_command, schedules):
     cli.add_command(command)
 
 

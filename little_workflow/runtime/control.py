@@ -27,7 +27,7 @@ def _world(world: Any) -> Any:
     return virtual_world(world) if isinstance(world, str) else world
 
 
-def _create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id: str | None,
+def create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id: str | None,
                           deadline: Deadline | None = None,
                           extra: dict[str, Any] | None = None) -> str:
     """Create the run (validated first); an existing run with this id, workflow and input
@@ -105,7 +105,7 @@ def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any
 def _start(wf: Workflow[In, Any], input: Any, world: Any, run_id: str | None,
            handle: bool, deadline: Deadline | None = None) -> Any:
     world = _world(world)
-    run_id = _create_unless_exists(wf, input, world, run_id, deadline)
+    run_id = create_unless_exists(wf, input, world, run_id, deadline)
     return RunHandle(world, run_id, wf) if handle else run_id
 
 

@@ -35,6 +35,7 @@ from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mar
 from .deadlines import cancel_if_past, deadline_of
 from .loops import own
 from .retry import RetryBackoff
+from .schedules import ScheduleTicker
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
 from .values import stored_value
@@ -83,6 +84,7 @@ class Worker:
         self._thread_state = threading.local()  # each pool thread's event loop
         self._loops: list[asyncio.AbstractEventLoop] = []
         self.runs_executed = 0
+        self._schedules = ScheduleTicker(world, self.workflows)
 
     # ---- what is due ----------------------------------------------------------------
 
@@ -119,6 +121,7 @@ class Worker:
         those runs' logs — the cost grows with unfinished runs, not with all runs."""
         due = []
         now = self.world.clock.now()
+        self._tick_schedules(now)  # before the listing: a tick's new run is due in this sweep
         listed = active_run_ids(self.world)
         self._forget(set(listed))
         for run_id in listed:
@@ -151,6 +154,12 @@ class Worker:
             if self._is_due(run_log, now):
                 due.append((run_id, wf, run_log))
         return due
+
+    def _tick_schedules(self, now: float) -> None:
+        try:
+            self._schedules.tick(now)
+        except LittleWorkflowError as e:  # the storage failed: the next sweep tries again
+            log.warning("could not read the schedules: %s", e)
 
     def _enforce_deadline(self, run_id: str, run_log: RunLog, now: float) -> bool:
         """A run nobody here executes whose deadline passed is cancelled (DESIGN §17),
@@ -339,7 +348,8 @@ class Worker:
         known; the sweep handles those already past)."""
         now = self.world.clock.now()
         waiters: list[str] = []
-        next_due: float | None = None
+        next_tick = self._schedules.next_tick
+        next_due: float | None = None if next_tick is None else max(0.0, next_tick - now)
         for run_id, run_log in list(self._logs.items()):
             if run_id in self._in_flight or run_log.status in TERMINAL_STATUSES:
                 continue
