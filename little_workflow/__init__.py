@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ApprovalNotPendingError,
     ArtifactHashMismatchError,
     ArtifactManifestCorruptError,
     ArtifactNotFoundError,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from . import testing
     from .ops.gc import GcReport, gc
     from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
+    from .runtime.approvals import PendingApproval, approve_tool_call, pending_approvals
     from .runtime.bash_steps import Mount, file_mount, read_only
     from .runtime.context import RunContext, current_run
     from .runtime.control import cancel_run, start_workflow
@@ -94,6 +96,7 @@ _LAZY = {
     "MemoryReadOnlyError": ".world.memory_store",
     "MemoryStore": ".world.memory_store",
     "Mount": ".runtime.bash_steps",
+    "PendingApproval": ".runtime.approvals",
     "Retry": ".runtime.steps",
     "RunContext": ".runtime.context",
     "RunHandle": ".runtime.handles",
@@ -113,6 +116,7 @@ _LAZY = {
     "areplay_run": ".runtime.runner",
     "arun_pipeline": ".runtime.api",
     "arun_workflow": ".runtime.api",
+    "approve_tool_call": ".runtime.approvals",
     "cancel_run": ".runtime.control",
     "current_step": ".runtime.steps",
     "file_mount": ".runtime.bash_steps",
@@ -123,6 +127,7 @@ _LAZY = {
     "list_schedules": ".runtime.schedules",
     "local_world": ".world",
     "materialize_run_state": ".runtime.runner",
+    "pending_approvals": ".runtime.approvals",
     "read_only": ".runtime.bash_steps",
     "remove_schedule": ".runtime.schedules",
     "replay_run": ".runtime.runner",
@@ -158,6 +163,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApprovalNotPendingError",
     "ArtifactHashMismatchError",
     "ArtifactManifest",
     "ArtifactManifestCorruptError",
@@ -182,6 +188,7 @@ __all__ = [
     "NotInStepError",
     "OutputSchemaError",
     "Mount",
+    "PendingApproval",
     "ReplayDivergenceError",
     "Retry",
     "RunContext",
@@ -225,6 +232,7 @@ __all__ = [
     "WorldBusyError",
     "WorldPathError",
     "add_schedule",
+    "approve_tool_call",
     "areplay_run",
     "arun_pipeline",
     "cancel_run",
@@ -242,6 +250,7 @@ __all__ = [
     "list_schedules",
     "local_world",
     "materialize_run_state",
+    "pending_approvals",
     "read_only",
     "remove_schedule",
     "replay_run",

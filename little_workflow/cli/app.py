@@ -10,6 +10,7 @@ import click
 
 import little_workflow as lw
 
+from .approvals import approvals, approve
 from .control import cancel, fork, send
 from .reading import artifacts, events, inspect_run, replay, ui
 from .running import demo, run, worker
@@ -29,7 +30,8 @@ def cli(data_dir: str | None, world_url: str | None) -> None:
 
 
 for command in (run, worker, demo, runs, send, cancel, fork, events, replay, artifacts,
-                inspect_run, ui, verify, replay_check, gc_command, schedules):
+                inspect_run, ui, verify, replay_check, gc_command, approvals, approve,
+                schedules):
     cli.add_command(command)
 
 

@@ -135,28 +135,30 @@ class RunContext(ParallelGroups):
 
     # Typed for callers: `type=Approval` gives an `Approval | None`; without it, JSON.
     @overload
-    async def wait_for_event(self, path: str, name: str, timeout: float | None = None,
-                             ) -> Any | None: ...
+    async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
+                             request: Any = None) -> Any | None: ...
 
     @overload
     async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,  # type: ignore[overload-overlap]
-                             type: type[T]) -> T | None: ...
+                             type: type[T], request: Any = None) -> T | None: ...
 
     @overload
     async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
-                             type: Any) -> Any | None: ...
+                             type: Any, request: Any = None) -> Any | None: ...
 
     async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
-                             type: Any = None) -> Any | None:
+                             type: Any = None, request: Any = None) -> Any | None:
         """The payload of the first event `name` sent to this run (`lw.send_event`) that
         no earlier wait took, or None once `timeout` seconds have passed. With `type=T`
         (a pydantic model, dataclass, or any annotation) the payload is decoded to a T,
         on the first run as on resume and replay (DESIGN §16); one that does not fit is
-        a StepError naming the wait and the type."""
+        a StepError naming the wait and the type. `request` (JSON) is recorded with the
+        wait and says what it asks for: `{"kind": "tool-approval", "calls": [{"toolCallId",
+        "toolName", "args"}]}` makes each call one of `lw.pending_approvals(world)`."""
         from .signals import wait_for_event
 
         return await wait_for_event(self, path, name, timeout,
-                                    codec_for(type) if type is not None else None)
+                                    codec_for(type) if type is not None else None, request)
 
     def now(self) -> datetime:
         """The World clock's time as an aware UTC datetime, recorded: a resumed or
