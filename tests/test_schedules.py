@@ -340,7 +340,7 @@ def sweep_requests(moto_s3, schedules: int) -> tuple[int, int]:
     bucket = moto_s3.new_bucket()
     clock = FakeClock(start=T0, stall_seconds=None)
     maker = lw.virtual_world(moto_s3.filesystem(), f"{bucket}/wf", clock=clock)
-    lw.start_workflow(tick, {"n": 0}, world=maker)  # one unfinished run it does not run
+    lw.start_workflow(not_here, None, world=maker)  # one unfinished run it does not run
     for i in range(schedules):
         lw.add_schedule(maker, f"s{i}", tick, cron="0 3 * * *", input={"n": i})
     fs = moto_s3.filesystem()  # a worker on another host: its own client and caches
@@ -356,6 +356,11 @@ def sweep_requests(moto_s3, schedules: int) -> tuple[int, int]:
         return first, counter.total
     finally:
         worker.close()
+
+
+@lw.workflow(id="sched-not-here")
+async def not_here(ctx: lw.RunContext, input: None) -> None:
+    return None
 
 
 @lw.workflow(id="sched-tick")
