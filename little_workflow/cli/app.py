@@ -17,6 +17,7 @@ from .running import demo, run, worker
 from .runs import runs
 from .schedules import schedules
 from .upkeep import gc_command, replay_check, verify
+from .watching import start, stream
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,8 +31,8 @@ def cli(data_dir: str | None, world_url: str | None) -> None:
 
 
 for command in (run, worker, demo, runs, send, cancel, fork, events, replay, artifacts,
-                inspect_run, ui, verify, replay_check, gc_command, approvals, approve,
-                schedules):
+                inspect_run, ui, verify, replay_check, gc_command, approvals, approve, start,
+                stream, schedules):
     cli.add_command(command)
 
 

@@ -101,8 +101,10 @@ from ..errors import StepFailedError
 from ..runtime.approvals import TOOL_APPROVAL
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
+from .pydantic_ai_streams import StreamRouting, aagent_events, agent_events
 
-__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "wait_for_approvals"]
+__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "aagent_events", "agent_events",
+           "wait_for_approvals"]
 
 #: The first segment of every step path the capability makes.
 STEP_PREFIX = "pydantic-ai"
@@ -333,7 +335,7 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend[UnitConfig]
         return _name_segment(name)  # an operation kind newer than this module
 
 
-class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
+class LittleWorkflowDurability(StreamRouting, BaseDurabilityCapability[AgentDepsT]):
     """Makes an agent's model requests and tool calls durable steps of the enclosing
     little-workflow run; transparent outside one.
 
@@ -348,6 +350,12 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
             tool that wants another try raises `ModelRetry`, which is a result, not an error).
             A tool's own metadata `{"little_workflow": {"retry": ..., "timeout": ...}}`
             overrides them for that tool; `{"little_workflow": False}` runs it inline.
+        stream: the key of a run stream the agent's events go to as they happen (text and
+            tool-call deltas, tool calls and results, the run's result): read them with
+            `agent_events(world, run_id, key)` from any process (pydantic_ai_streams.py).
+
+    Streamed requests (`run_stream`, `iter`, `run_stream_events`) deliver the model's deltas
+    inside a durable run as outside one (pydantic_ai_streams.py).
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -376,8 +384,10 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         name: str | None = None,
         model_retry: Retry | None = None,
         tool_retry: Retry | None = None,
+        stream: str | None = None,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
+        self.run_stream_key = stream
         self._model_retry = model_retry
         self._tool_retry = tool_retry
 
