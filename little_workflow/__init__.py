@@ -33,6 +33,7 @@ from .errors import (
     RunNotFoundError,
     RunQueuedError,
     RuntimeIntegrityError,
+    ScheduleError,
     SchemaValidationError,
     StepError,
     StepFailedError,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.outer_loop import Continue, Done
     from .runtime.queues import Queue, RateLimit, declare_queue, delete_queue, enqueue, list_queues
     from .runtime.runner import areplay_run, materialize_run_state, replay_run
+    from .runtime.schedules import Schedule, add_schedule, list_schedules, remove_schedule
     from .runtime.signals import send_event
     from .runtime.state import RunResult, RunState, StepState
     from .runtime.steps import Retry, StepInfo, current_step
@@ -109,6 +111,7 @@ _LAZY = {
     "current_run": ".runtime.context",
     "RunPage": ".world.catalogue",
     "RunResult": ".runtime.state",
+    "Schedule": ".runtime.schedules",
     "RunState": ".runtime.state",
     "RunSummary": ".world.catalogue",
     "StepInfo": ".runtime.steps",
@@ -117,6 +120,7 @@ _LAZY = {
     "Worker": ".runtime.worker",
     "Workflow": ".runtime.workflow",
     "World": ".world",
+    "add_schedule": ".runtime.schedules",
     "areplay_run": ".runtime.runner",
     "arun_pipeline": ".runtime.api",
     "arun_workflow": ".runtime.api",
@@ -133,10 +137,12 @@ _LAZY = {
     "get_run": ".runtime.handles",
     "list_queues": ".runtime.queues",
     "list_runs": ".world.catalogue",
+    "list_schedules": ".runtime.schedules",
     "local_world": ".world",
     "materialize_run_state": ".runtime.runner",
     "pending_approvals": ".runtime.approvals",
     "read_only": ".runtime.bash_steps",
+    "remove_schedule": ".runtime.schedules",
     "read_stream": ".runtime.streams",
     "replay_run": ".runtime.runner",
     "run_pipeline": ".runtime.api",
@@ -226,6 +232,8 @@ __all__ = [
     "RunSummary",
     "RunState",
     "RuntimeIntegrityError",
+    "Schedule",
+    "ScheduleError",
     "SchemaValidationError",
     "StepError",
     "StepFailedError",
@@ -243,6 +251,7 @@ __all__ = [
     "World",
     "WorldBusyError",
     "WorldPathError",
+    "add_schedule",
     "approve_tool_call",
     "areplay_run",
     "arun_pipeline",
@@ -263,10 +272,12 @@ __all__ = [
     "get_run",
     "list_queues",
     "list_runs",
+    "list_schedules",
     "local_world",
     "materialize_run_state",
     "pending_approvals",
     "read_only",
+    "remove_schedule",
     "read_stream",
     "replay_run",
     "run_pipeline",

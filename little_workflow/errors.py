@@ -421,3 +421,12 @@ class CatalogueQueryError(LittleWorkflowError, ValueError):
     def __init__(self, argument: str, problem: str):
         self.argument, self.problem = argument, problem
         super().__init__(f"list_runs {argument}: {problem}")
+
+
+class ScheduleError(LittleWorkflowError, ValueError):
+    """A schedule that cannot be stored: a bad name, cron expression, timezone,
+    catch_up or queue (`add_schedule`)."""
+
+    def __init__(self, name: str, problem: str):
+        self.name, self.problem = name, problem
+        super().__init__(f"schedule {name!r}: {problem}")

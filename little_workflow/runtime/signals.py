@@ -94,6 +94,7 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None,
     refreshed = False
     while True:
         if watch is not None:
+            watch.stop_if_due()  # woke at the run's deadline, or a cancel request came
             watch.changed.clear()
         if rec.get("completed"):  # folded in: a holder that lost its lease ended this wait
             return signal_payload(ctx, rec.get("signalSequence"), codec, path)

@@ -33,10 +33,12 @@ from ..errors import (
 )
 from ..world.clock import from_iso
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
+from .deadlines import cancel_if_past, deadline_of
 from .loops import own
 from .queue_layout import queue_fields
 from .queue_picking import Admission, QueuePicker
 from .retry import RetryBackoff
+from .schedules import ScheduleTicker
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
 from .values import stored_value
@@ -89,6 +91,7 @@ class Worker:
         # from the sweep and whenever a thread frees (queue_picking.py).
         self._queues = QueuePicker(world, self._backoff, self._is_due)
         self._admit_lock = threading.Lock()
+        self._schedules = ScheduleTicker(world, self.workflows)
 
     # ---- what is due ----------------------------------------------------------------
 
@@ -125,6 +128,7 @@ class Worker:
         those runs' logs — the cost grows with unfinished runs, not with all runs."""
         due = []
         now = self.world.clock.now()
+        self._tick_schedules(now)  # before the listing: a tick's new run is due in this sweep
         listed = active_run_ids(self.world)
         self._forget(set(listed))
         for run_id in listed:
@@ -150,6 +154,8 @@ class Worker:
                 if not self._unindex(run_id):
                     self._finished.add(run_id)
                 continue
+            if self._enforce_deadline(run_id, run_log, now):
+                continue  # cancelled, or its holder was asked to stop
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
                 continue
@@ -158,6 +164,21 @@ class Worker:
             if self._is_due(run_log, now):
                 due.append((run_id, wf, run_log))
         return due
+
+    def _tick_schedules(self, now: float) -> None:
+        try:
+            self._schedules.tick(now)
+        except LittleWorkflowError as e:  # the storage failed: the next sweep tries again
+            log.warning("could not read the schedules: %s", e)
+
+    def _enforce_deadline(self, run_id: str, run_log: RunLog, now: float) -> bool:
+        """A run nobody here executes whose deadline passed is cancelled (DESIGN §17),
+        whatever its workflow: cancelling runs none of its code."""
+        try:
+            return cancel_if_past(self.world, run_id, run_log, now)
+        except LittleWorkflowError as e:
+            log.warning("could not cancel run %s past its deadline: %s", run_id, e)
+            return False
 
     def _forget(self, listed: set[str]) -> None:
         """Drop what this worker remembers of runs the index no longer names."""
@@ -409,13 +430,20 @@ class Worker:
 
     def _known_waits(self) -> tuple[list[str], float | None]:
         """Runs waiting for an event (as of their last read), and seconds until the
-        earliest known wake time or deadline still ahead (None: none known; the sweep
-        handles those already past)."""
+        earliest known wake time, wait deadline or run deadline still ahead (None: none
+        known; the sweep handles those already past)."""
         now = self.world.clock.now()
         waiters: list[str] = []
-        next_due: float | None = None
+        next_tick = self._schedules.next_tick
+        next_due: float | None = None if next_tick is None else max(0.0, next_tick - now)
         for run_id, run_log in list(self._logs.items()):
-            if run_log.status != "waiting" or run_id in self._in_flight:
+            if run_id in self._in_flight or run_log.status in TERMINAL_STATUSES:
+                continue
+            deadline = deadline_of(run_log)
+            if deadline is not None and deadline > now:
+                left = deadline - now
+                next_due = left if next_due is None else min(next_due, left)
+            if run_log.status != "waiting":
                 continue
             for w in run_log.open_waits.values():
                 due = w.get("wakeAt") if w["kind"] == "sleep" else w.get("deadline")
