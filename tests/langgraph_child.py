@@ -3,6 +3,10 @@
 python langgraph_child.py DATA_DIR LOG_FILE THREAD start|resume|resume-kill|continue
 prints the graph's result (or its interrupt) as one JSON line. Every node appends its
 name to LOG_FILE, so the parent sees which nodes ran in which process.
+
+python langgraph_child.py DATA_DIR - THREAD prune LAYOUT K prunes THREAD to its newest
+three checkpoints and SIGKILLs itself just before its K-th World call that writes
+(tests/test_ext_langgraph_storage.py): a crash at a known moment of the prune.
 """
 
 from __future__ import annotations
@@ -79,8 +83,29 @@ def build():
     return top
 
 
+WRITES = {"append_event", "write_file", "create_file", "remove_file", "remove_dir",
+          "write_document", "create_document", "delete_run", "write_artifact", "sync"}
+
+
+def prune(data_dir: str, thread: str, layout: str, kill_at: int) -> None:
+    made = [0]
+
+    def on_call(name: str) -> None:
+        if name in WRITES:
+            made[0] += 1
+            if made[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    world = lw.tracing_world(lw.local_world(data_dir), on_call)
+    WorldCheckpointSaver(world, layout=layout).prune_old([thread], keep_last=3)
+    print(json.dumps({"writes": made[0]}))
+
+
 def main() -> None:
     data_dir, thread = sys.argv[1], sys.argv[3]
+    if MODE == "prune":
+        prune(data_dir, thread, sys.argv[5], int(sys.argv[6]))
+        return
     world = lw.local_world(data_dir)
     graph = build().compile(checkpointer=WorldCheckpointSaver(world))
     config = {"configurable": {"thread_id": thread}}
