@@ -33,7 +33,7 @@ import asyncio
 import builtins
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -115,6 +115,22 @@ def _node_of(task_path: str) -> str | None:
     return None
 
 
+#: Where LangGraph passes a run's durability to its saver (in the config's configurable,
+#: when the run was given one; "async" is its default).
+DURABILITY_KEY = "__pregel_durability"
+#: The longest a new thread's run waits for its first checkpoint (a put that hangs longer
+#: has failed, and LangGraph reports that itself).
+FIRST_PUT_WAIT_SECONDS = 60.0
+
+
+@dataclass
+class FirstPut:
+    """A new thread's first checkpoint: begun, and stored (or failed)."""
+
+    started: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 @dataclass(frozen=True)
 class ListState:
     """A stored list version: its items' bytes and the segments that hold them."""
@@ -159,6 +175,10 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         self._lists: LRU = LRU(256)
         self._list_bytes = 0
         self._nodes: LRU = LRU(1024)
+        # New threads' first checkpoints, by thread id, and in each graph's own Python
+        # thread the one its run is waiting for (see `get_next_version`).
+        self._first_puts: dict[str, FirstPut] = {}
+        self._running = threading.local()
 
     # ---- threads and retries ----------------------------------------------------------
 
@@ -272,6 +292,12 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         checkpoint_id = get_checkpoint_id(config)
         th = self._find(conf["thread_id"])
         if th is None:
+            self._threads.prepare(str(conf["thread_id"]))
+            if conf.get(DURABILITY_KEY, "async") == "async":
+                first = FirstPut()
+                with self._lock:
+                    self._first_puts[str(conf["thread_id"])] = first
+                self._running.first_put = first
             return None
 
         def read(t: Thread) -> CheckpointTuple | None:
@@ -427,6 +453,37 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         return ["l", kind, data[:header], segments], ListState(kind, region, tuple(tuple(s) for s in segments))
 
     def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = str(_configurable(config)["thread_id"])
+        with self._lock:
+            first = self._first_puts.pop(thread_id, None)
+        if first is None:
+            return self._put(config, checkpoint, metadata, new_versions)
+        first.started = True
+        try:
+            return self._put(config, checkpoint, metadata, new_versions)
+        finally:
+            first.done.set()
+
+    def get_next_version(self, current: int | None, channel: None = None) -> int:
+        """Also where a new thread's run waits, once, for its first checkpoint: LangGraph
+        calls this in the graph's own thread as each step ends, and under
+        durability="async" the graph otherwise runs on while that checkpoint is stored —
+        a crash before it lands (a few quick nodes later) loses the whole thread, input and
+        all, where losing the last steps is what async allows. Waited for only once its
+        put has begun (under durability="exit" it never does before the run ends)."""
+        first = getattr(self._running, "first_put", None)
+        if first is not None and first.started:
+            self._running.first_put = None
+            first.done.wait(FIRST_PUT_WAIT_SECONDS)
+        return super().get_next_version(current, channel)
+
+    def _put(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,

@@ -8,9 +8,9 @@ two layouts, chosen per World when a thread is first written and kept in its doc
 **files** (virtual Worlds: memory, local files, object stores), one file per record:
 
 ```
-runs/<owner>/lg/<nsKey>/c/<id>.<tags>           a checkpoint (msgpack)
-runs/<owner>/lg/<nsKey>/w/<id>/<taskKey>[.m<k>]  one task's writes
-runs/<owner>/lg/<nsKey>/b/<id>.<k>              a value or list segment first kept by <id>
+runs/<owner>/<nsKey>.c/<id>.<tags>           a checkpoint (msgpack)
+runs/<owner>/<nsKey>.w/<id>/<taskKey>[.m<k>]  one task's writes
+runs/<owner>/<nsKey>.b/<id>.<k>              a value or list segment first kept by <id>
 ```
 `<tags>` are crc32s of the checkpoint's metadata items, so `list(filter=…)` and
 `delete_for_runs` find candidates in a folder listing without reading every checkpoint.
@@ -60,12 +60,17 @@ THREAD_EVENT = "langgraph.thread"
 CHECKPOINT_EVENT = "langgraph.checkpoint"
 WRITES_EVENT = "langgraph.writes"
 DELETED_EVENT = "langgraph.deleted"
+OPENED_EVENT = "langgraph.opened"
 FORMAT = 2
 #: More metadata items than this: the checkpoint's file name carries no tags (read to filter).
 MAX_TAGS = 16
 #: A value larger than this goes into an artifact of its log's run (raw bytes) instead of
 #: into the event (base64 in JSON, a third larger, and spilled by the World anyway).
 EVENT_VALUE_LIMIT = 32 * 1024
+#: The events layout writes a head hint once a namespace has gained this many checkpoints
+#: since its last one (and not for a log shorter than this): a cold read of the head reads
+#: the log from the hint on, a few events, never the whole log.
+HINT_EVERY = 8
 #: How long a writer waits for another process's compaction of a thread to finish.
 COMPACTION_WAIT_SECONDS = 60.0
 
@@ -256,22 +261,25 @@ class FilesLayout:
         self._names: LRU = LRU(4096)
 
     def thread_dir(self, th: Thread) -> str:
-        return f"runs/{th.owner}/lg"
+        return f"runs/{th.owner}"
 
-    def _dir(self, th: Thread, key: str) -> str:
-        return f"{self.thread_dir(th)}/{key}"
+    def _dir(self, th: Thread, key: str, kind: str) -> str:
+        # Flat (two folders deep under runs/): a new thread's first record makes few
+        # folders, each of which costs a directory fsync on local disk.
+        return f"runs/{th.owner}/{key}.{kind}"
 
     def exists(self, th: Thread) -> bool:
-        return bool(self.world.list_dir(self.thread_dir(th)))
+        return bool(self.ns_keys(th))
 
     def ns_keys(self, th: Thread) -> list[str]:
-        return [n for n in self.world.list_dir(self.thread_dir(th)) if n.startswith("ns_")]
+        return [n[:-2] for n in self.world.list_dir(self.thread_dir(th))
+                if n.startswith("ns_") and n.endswith(".c")]
 
     def entries(self, th: Thread, ns: str | None) -> list[Entry]:
         keys = [ns_key(ns)] if ns is not None else self.ns_keys(th)
         out = []
         for key in keys:
-            for name in self.world.list_dir(f"{self._dir(th, key)}/c"):
+            for name in self.world.list_dir(self._dir(th, key, "c")):
                 head, _, tags = name.partition(".")
                 cid = id_from_name(head)
                 if cid is None:
@@ -286,7 +294,7 @@ class FilesLayout:
         return out
 
     def load(self, th: Thread, entry: Entry) -> Stored | None:
-        path = f"{self._dir(th, entry.ns_key)}/c/{entry.loc}"
+        path = f"{self._dir(th, entry.ns_key, 'c')}/{entry.loc}"
         data = self.world.read_file(path)
         if data is None:
             return None  # removed meanwhile
@@ -314,10 +322,10 @@ class FilesLayout:
         return None
 
     def blob(self, th: Thread, ns: str, name: str, loc: Any) -> bytes | None:
-        return self.world.read_file(f"{self._dir(th, ns_key(ns))}/b/{name}")
+        return self.world.read_file(f"{self._dir(th, ns_key(ns), 'b')}/{name}")
 
     def _writes_dir(self, th: Thread, ns: str, checkpoint_id: str) -> str:
-        return f"{self._dir(th, ns_key(ns))}/w/{id_name(checkpoint_id)}"
+        return f"{self._dir(th, ns_key(ns), 'w')}/{id_name(checkpoint_id)}"
 
     def writes(self, th: Thread, ns: str, checkpoint_id: str, stored: Stored | None) -> list[WriteRow]:
         folder = self._writes_dir(th, ns, checkpoint_id)
@@ -333,20 +341,21 @@ class FilesLayout:
 
     def add_checkpoint(self, th: Thread, ns: str, checkpoint_id: str, record: dict[str, Any],
                        blobs: dict[str, bytes]) -> Any:
-        folder = self._dir(th, ns_key(ns))
+        key = ns_key(ns)
         for name, data in blobs.items():
             # Before the record: a checkpoint never names a blob that is not there yet.
-            self.world.write_file(f"{folder}/b/{name}", data)
+            self.world.write_file(f"{self._dir(th, key, 'b')}/{name}", data)
         tags = record.get("g")
         name = f"{id_name(checkpoint_id)}.{'-'.join(tags) if tags is not None else '_'}"
-        key = (th.owner, ns_key(ns), checkpoint_id)
+        known = (th.owner, key, checkpoint_id)
         with self._lock:
-            before = self._names.peek(key)
-        self.world.write_file(f"{folder}/c/{name}", pack(record))
+            before = self._names.peek(known)
+        folder = self._dir(th, key, "c")
+        self.world.write_file(f"{folder}/{name}", pack(record))
         if before is not None and before != name:
-            self.world.remove_file(f"{folder}/c/{before}")  # the same id put again, retagged
+            self.world.remove_file(f"{folder}/{before}")  # the same id put again, retagged
         with self._lock:
-            self._names.put(key, name)
+            self._names.put(known, name)
         return None
 
     def add_writes(self, th: Thread, ns: str, checkpoint_id: str, task_id: str, task_path: str,
@@ -376,13 +385,12 @@ class FilesLayout:
         left needs (reading the ns's records: prune does, delete_for_runs leaves that to
         the next prune)."""
         for entry in doomed:
-            folder = self._dir(th, entry.ns_key)
             # The record first and durable: from then on nothing reads the checkpoint, and
             # what is left of its writes and values is garbage the sweep below removes.
-            self.world.remove_file(f"{folder}/c/{entry.loc}")
+            self.world.remove_file(f"{self._dir(th, entry.ns_key, 'c')}/{entry.loc}")
             with self._lock:
                 self._names.pop((th.owner, entry.ns_key, entry.id), None)
-            self._remove_writes(f"{folder}/w/{id_name(entry.id)}")
+            self._remove_writes(f"{self._dir(th, entry.ns_key, 'w')}/{id_name(entry.id)}")
         if not reclaim:
             self.world.sync()
             return
@@ -390,7 +398,7 @@ class FilesLayout:
         for entry in doomed:
             bounds[entry.ns_key] = max(bounds.get(entry.ns_key, ""), entry.id)
         for key in bounds:
-            names = self.world.list_dir(f"{self._dir(th, key)}/c")
+            names = self.world.list_dir(self._dir(th, key, "c"))
             ids = [i for i in (id_from_name(n.partition(".")[0]) for n in names) if i]
             bounds[key] = max([bounds[key], *ids])
         self.sweep(th, bounds)
@@ -408,24 +416,24 @@ class FilesLayout:
         are never taken. Blobs are listed before the records, so a record written
         meanwhile can only name blobs that were kept."""
         for key, newest in bounds.items():
-            folder = self._dir(th, key)
-            blob_names = self.world.list_dir(f"{folder}/b")
-            writes_dirs = self.world.list_dir(f"{folder}/w")
-            names = self.world.list_dir(f"{folder}/c")
+            c, w, b = (self._dir(th, key, kind) for kind in "cwb")
+            blob_names = self.world.list_dir(b)
+            writes_dirs = self.world.list_dir(w)
+            names = self.world.list_dir(c)
             live = {i for i in (id_from_name(n.partition(".")[0]) for n in names) if i}
             needed: set[str] = set()
             for name in names:
-                data = self.world.read_file(f"{folder}/c/{name}")
+                data = self.world.read_file(f"{c}/{name}")
                 if data is not None:
                     needed.update(record_blob_names(unpack(data, th.thread_id, name)))
             for name in blob_names:
                 owner_id = id_from_name(name.rsplit(".", 1)[0])
                 if owner_id is not None and owner_id <= newest and name not in needed:
-                    self.world.remove_file(f"{folder}/b/{name}", durable=False)
+                    self.world.remove_file(f"{b}/{name}", durable=False)
             for name in writes_dirs:
                 cid = id_from_name(name)
                 if cid is not None and cid <= newest and cid not in live:
-                    self._remove_writes(f"{folder}/w/{name}")
+                    self._remove_writes(f"{w}/{name}")
         self.world.sync()
 
     def delete(self, th: Thread) -> None:
@@ -483,6 +491,8 @@ class EventsLayout:
         self.world = world
         self._lock = threading.Lock()
         self._logs: LRU = LRU(256)
+        # (run id, nsKey) -> the sequence this process last wrote a hint for.
+        self._hinted: LRU = LRU(4096)
 
     # ---- the log and its index ----
 
@@ -688,9 +698,15 @@ class EventsLayout:
         rec = dict(record, b=kept, e=early) if early else dict(record, b=kept)
         event = self._append(th, CHECKPOINT_EVENT, {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))})
         self._fold_own(th, event)
-        # Not synced: a hint lost to a power cut costs one read of the log, nothing more.
-        self.world.write_file(self._hint_path(th.run_id, ns_key(ns)),
-                              b'{"seq":%d}' % event.sequence, durable=False)
+        key = (th.run_id, ns_key(ns))
+        with self._lock:
+            last = self._hinted.peek(key) or 0
+        if event.sequence >= 2 * HINT_EVERY and event.sequence - last >= HINT_EVERY:
+            # Not synced: a hint lost to a power cut costs one read of the log, nothing more.
+            self.world.write_file(self._hint_path(*key), b'{"seq":%d}' % event.sequence,
+                                  durable=False)
+            with self._lock:
+                self._hinted.put(key, event.sequence)
         return event.sequence
 
     def add_writes(self, th: Thread, ns: str, checkpoint_id: str, task_id: str, task_path: str,
@@ -854,6 +870,7 @@ class Threads:
         self.legacy = LegacyLayout(world)
         self._lock = threading.Lock()
         self._known: LRU = LRU(1024)
+        self._prepared = False
 
     def doc_path(self, owner: str) -> str:
         return f"{THREADS_DIR}/{owner}.json"
@@ -905,6 +922,23 @@ class Threads:
                 self._known.put(th.owner, th)
         return th
 
+    def prepare(self, thread_id: str) -> None:
+        """Called when LangGraph asks for a thread that does not exist yet, which it does
+        just before it runs one: what a saver does once, done here rather than while the
+        thread's first checkpoint is in flight (under durability="async" the graph runs on
+        meanwhile, and a crash before that checkpoint lands loses the whole thread). Makes
+        the threads' folders; on the events layout also opens this thread's log with one
+        `langgraph.opened` event (the catalogue does not list it), so this process's first
+        commit — local_world then pre-sizes its WAL, tens of ms — is behind us."""
+        if self._prepared:
+            return
+        self._prepared = True
+        self.world.ensure_dir(THREADS_DIR)
+        self.world.ensure_dir("runs")
+        if self.preferred == "events":
+            self.world.append_event(thread_owner_run_id(thread_id), OPENED_EVENT, {},
+                                    idempotency_key=OPENED_EVENT, durable=False)
+
     def document(self, th: Thread) -> None:
         """Write the thread's document (durable), and the owner run's first event."""
         self.world.write_document(self.doc_path(th.owner), {
@@ -913,6 +947,7 @@ class Threads:
         if th.layout == "files":
             # The owner run's one event names the thread in its log, so `little runs` lists
             # it (idempotent: the same key and payload from any process is the same event).
+            # Durable: the catalogue lists a run only once its events are.
             self.world.append_event(th.owner, THREAD_EVENT, {"threadId": th.thread_id},
                                     idempotency_key=THREAD_EVENT)
         th.documented = True
