@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from fsspec.spec import AbstractFileSystem
 
+from little_workflow.world.kernel_locks import KernelLocks
 from little_workflow.world.posix import REAL_POSIX, Posix
 from little_workflow.world.publish import LocalPublisher
 
@@ -334,6 +335,21 @@ class PyFilesystemFS(AbstractFileSystem):
         """Make every `durable=False` publication so far durable (with a system path:
         the directory fsyncs they skipped)."""
         self._local.sync()
+
+    def make_durable(self, path: str) -> None:
+        """Make the names in folder `path` durable, whoever published them (another
+        process's `durable=False` events, before a run summary folds them)."""
+        path = self._strip_protocol(path)
+        if self.pyfs.hassyspath(path):
+            self._local.make_durable(self.pyfs.getsyspath(path))
+
+    def cross_process_locks(self, root: str) -> Any:
+        """Kernel locks under the data dir where it has a system path (OSFS) on the real
+        disk; elsewhere None (run locks in the process only)."""
+        root = self._strip_protocol(root)
+        if self.posix is not REAL_POSIX or not self.pyfs.hassyspath(root):
+            return None
+        return KernelLocks(os.path.join(self.pyfs.getsyspath(root), "locks"))
 
     def _durable_parent(self, path: str) -> None:
         """Create `path`'s parent directories as needed and make each one's name durable in

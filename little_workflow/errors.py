@@ -16,9 +16,12 @@ class WorldPathError(LittleWorkflowError, ValueError):
 class IdempotencyConflictError(LittleWorkflowError):
     """An idempotency key was reused with a different request."""
 
-    def __init__(self, run_id: str, key: str, existing_digest: str, new_digest: str):
+    def __init__(self, run_id: str, key: str, existing_digest: str, new_digest: str, *,
+                 sequence: int | None = None):
         self.run_id, self.key = run_id, key
         self.existing_digest, self.new_digest = existing_digest, new_digest
+        #: The sequence of the event first appended with this key, where known.
+        self.sequence = sequence
         super().__init__(
             f"run {run_id}: idempotency key {key!r} was first used for request "
             f"{existing_digest}, now for {new_digest}; use a new key for a new request"
@@ -216,12 +219,38 @@ class ReplayDivergenceError(LittleWorkflowError):
     """The code no longer fits a run's log: it asks for steps the log does not hold, or in
     another order (`step_path` names where), or it ends another way than the log says —
     raises where the run completed, fails with another error type, or completes where the
-    run failed (`step_path` is "", and `__cause__` is what the code raised)."""
+    run failed (`step_path` is "", and `__cause__` is what the code raised).
+    `log_step_path` names what the log holds where the code asked for `step_path` (None
+    when not known). Raised by `replay_run`, and when code resumes a run
+    (`resuming=True`): then nothing was called or appended but that execution's
+    `run.started`, and the run stays resumable by code that fits its log."""
 
-    def __init__(self, run_id: str, step_path: str, message: str):
+    def __init__(self, run_id: str, step_path: str, message: str, *,
+                 log_step_path: str | None = None, resuming: bool = False):
         self.run_id, self.step_path, self.detail = run_id, step_path, message
+        self.log_step_path, self.resuming = log_step_path, resuming
         where = f" at step {step_path!r}" if step_path else ""
-        super().__init__(f"replay of run {run_id} diverged{where}: {message}")
+        what = "resuming run" if resuming else "replay of run"
+        super().__init__(f"{what} {run_id} diverged{where}: {message}")
+
+
+class WorkflowVersionError(LittleWorkflowError):
+    """A run is pinned to the version of the code that created it (`version=` when the
+    decorator was given one, else the code's definition hash); other code may not resume
+    it. Nothing was executed."""
+
+    def __init__(self, run_id: str, workflow_id: str, run_version: str, code_version: str,
+                 code_names_version: bool):
+        self.run_id, self.workflow_id = run_id, workflow_id
+        self.run_version, self.code_version = run_version, code_version
+        this = (f"this code is version {code_version!r}" if code_names_version else
+                f"this code's definition hash is {code_version!r} (it gives no version=)")
+        super().__init__(
+            f"run {run_id} of workflow {workflow_id!r} is pinned to version {run_version!r}, "
+            f"the code it was created with; {this}. To resume it with this code, give the "
+            f"workflow version={run_version!r} (declaring that this code continues that "
+            f"version's runs), or fork it onto this code: lw.fork_run(world, {run_id!r}, "
+            f"from_step=PATH) (little fork {run_id} --from-step PATH) and run the fork")
 
 
 class UnknownWorkflowError(LittleWorkflowError, LookupError):
@@ -323,6 +352,16 @@ class StorageIOError(StorageError):
 
 class StorageUnreachableError(StorageError):
     """No answer came back from a remote store (endpoint, network, DNS)."""
+
+
+class CatalogueNotBuiltError(StorageError):
+    """A World written before the run catalogue existed, opened read-only: its catalogue
+    is built the first time it is opened for writing (or by `little verify --repair`)."""
+
+    def __init__(self, path: str):
+        super().__init__(path, "its run catalogue was never built (a World written by an "
+                         "older version)", "open it once for writing, or run `little verify "
+                         "--repair`, to build it")
 
 
 class CatalogueQueryError(LittleWorkflowError, ValueError):

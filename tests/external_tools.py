@@ -17,6 +17,7 @@ HOW_TO_GET = {
     "azurite-blob": "npm install -g azurite@3.37 (Azure Blob emulator; needs node/npm)",
     "strace": "apt-get install -y strace",
     "chromium": "apt-get install -y chromium",
+    "unshare": "apt-get install -y util-linux (read-only mounts for the read-only World tests)",
 }
 
 

@@ -4,7 +4,8 @@ For every backend: (1) atomic publication: 8 threads race to publish one event f
 through separate filesystem objects; exactly one wins and the file holds one writer's
 bytes whole; (2) multi-writer safety: two Worlds over *separate* filesystem objects (as
 two processes or hosts would have) append concurrently without losing or duplicating a
-sequence."""
+sequence; (3) run locks across processes where the backend has them (their behaviour:
+tests/test_kernel_locks.py, tests/test_leases.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def pair_factory(kind, tmp_path, request):
         return lambda: DirFileSystem(path="/base", fs=inner), "/wf"
     if kind == "local-file":
         return lambda: LocalFileSystem(skip_instance_cache=True), str(tmp_path / "wf")
+    if kind == "dirfs-local":
+        return lambda: DirFileSystem(path=str(tmp_path),
+                                     fs=LocalFileSystem(skip_instance_cache=True)), "/wf"
     if kind == "pyfs-memory":
         from fs.memoryfs import MemoryFS
 
@@ -60,7 +64,8 @@ def pair_factory(kind, tmp_path, request):
     raise ValueError(kind)
 
 
-BACKENDS = ["memory", "dirfs-memory", "local-file", "pyfs-memory", "pyfs-osfs", "s3", "azure"]
+BACKENDS = ["memory", "dirfs-memory", "local-file", "dirfs-local", "pyfs-memory", "pyfs-osfs",
+            "s3", "azure"]
 
 
 def race_publish(make_fs, root) -> tuple[int, bool]:
@@ -119,3 +124,7 @@ def test_backend_guarantees_match_readme(kind, tmp_path, request):
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
     assert cells[2].startswith("yes"), row  # atomic publication, measured above
     assert cells[3].startswith("yes"), row  # separate filesystem objects, measured above
+    # Run locks across processes (DESIGN §15): what the World's publisher offers.
+    world = lw.virtual_world(make_fs(), root)
+    has_locks = world.publisher.cross_process_locks(world.data_dir) is not None
+    assert cells[5].startswith("yes") == has_locks, row

@@ -381,6 +381,7 @@ def test_fork_from_the_first_failed_step_with_fixed_code(make_world):
     @lw.workflow(id="fixme", version="2")
     async def v2(ctx, input):
         a = await ctx.step("a", calls.fn("a", "A"))
+        ctx.plans.keep("route", {"via": a})  # the fork's history holds it: asked for again
         b = await ctx.step("b", calls.fn("b", "B"))
         return [a, b]
 

@@ -98,3 +98,28 @@ def test_the_cli_forks_from_a_group_path(flows, tmp_path):
     r = little("--data-dir", "data", "fork", "run_src", "--from-step", "chunks",
                "--run-id", "run_cli_fork", cwd=str(tmp_path))
     assert r.returncode == 0 and r.stdout.strip() == "run_cli_fork", r.stderr
+
+
+def test_forking_from_one_child_of_a_group_keeps_its_finished_siblings(flows, tmp_path):
+    """`--from-step chunks/1` runs chunks/1 again, not chunks/0 and chunks/2 (issue 32):
+    the children of a group start together, so a cut at one child's start would leave
+    its siblings' successes out."""
+    world = lw.local_world(str(tmp_path / "data"))
+    assert lw.run_workflow(flows.grouped, {}, world=world, run_id="run_whole").output == 4
+    flows.CALLS.clear()
+    fork_id = lw.fork_run(world, "run_whole", from_step="chunks/1", new_run_id="run_child")
+    assert lw.run_workflow(flows.grouped, {}, world=world, run_id=fork_id).output == 4
+    assert flows.CALLS == ["chunk1"]
+    assert lw.replay_run(world, fork_id, flows.grouped).output == 4
+
+
+def test_a_run_that_failed_outside_any_step_is_told_a_fork_that_works(flows, tmp_path):
+    failed_outside_any_step(flows, lw.local_world(str(tmp_path / "data")))
+    r = little("--data-dir", "data", "run", "flows:grouped", "--input", '{"fail": true}',
+               "--run-id", "run_src", cwd=str(tmp_path))
+    assert r.returncode == 1
+    hint = r.stderr.strip().splitlines()[-1]
+    assert "little fork run_src --from-step chunks/2" in hint, hint
+    command = hint[hint.index("little fork"):].split()
+    r = little("--data-dir", "data", *command[1:], cwd=str(tmp_path))
+    assert r.returncode == 0 and r.stdout.strip().startswith("run_"), r.stderr

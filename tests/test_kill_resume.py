@@ -4,8 +4,8 @@ workflow body sees a step succeed; the test waits for a random k-th marker, lets
 fraction of a step go by, kills the child with SIGKILL, checks the log, and starts it
 again. Counted: kills that landed mid-run (the run not finished), acknowledged steps lost
 (must be 0) and steps called again after their success was acknowledged or committed
-(must be 0). LW_TORTURE_TRIALS sets the kills per kind (default 20 for CI; 100 for the
-full torture)."""
+(must be 0). LW_TORTURE_TRIALS sets the kills per kind (default 8; 20 under LW_SOAK=1,
+as in CI; 100 for the full torture)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ import time
 import crash_child
 import pytest
 from crashes import TESTS, child_env, committed_steps, read_ledger
+from soak import soak_size
 
 import little_workflow as lw
 
 ALL_STEPS = ({f"serial-{i}" for i in range(crash_child.SERIAL)}
              | {f"fan/{i}" for i in range(crash_child.PARALLEL)} | {"big"})
-TRIALS = int(os.environ.get("LW_TORTURE_TRIALS", "20"))
+TRIALS = soak_size("LW_TORTURE_TRIALS", short=8, full=20)
 KILLS_PER_RUN = 4
 DELAY = 0.02
 

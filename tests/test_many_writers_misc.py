@@ -427,7 +427,7 @@ SLOW_THEN_WAIT = """
 import sys, time
 import little_workflow as lw
 
-@lw.workflow(id="slow_then_wait")
+@lw.workflow(id="slow_then_wait", version="1")
 async def wf(ctx, _input):
     await ctx.step("slow", lambda: time.sleep(3) or 1)
     return await ctx.wait_for_event("w", "go")
@@ -437,7 +437,8 @@ print(lw.run_workflow(wf, None, world=world, run_id=sys.argv[2], suspend=True).s
 """
 
 
-@lw.workflow(id="slow_then_wait")
+# The same version as the holder's (slower) body: a run either one created, both may run.
+@lw.workflow(id="slow_then_wait", version="1")
 async def slow_then_wait(ctx, _input):
     await ctx.step("slow", lambda: 1)
     return await ctx.wait_for_event("w", "go")

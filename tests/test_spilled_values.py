@@ -314,7 +314,7 @@ def test_harness_results_near_the_limit_are_served_on_retry_and_replay(maker):
     calls: list[str] = []
     failures = {"left": 0}
 
-    def agent(size: int) -> str:
+    def agent(size: int) -> dict[str, str]:
         step = lw.current_step()
         tool = step.call_tool("fetch", lambda a: calls.append("tool") or text_of(a["n"]), {"n": size})
         model = step.call_model("llm", lambda r: calls.append("model") or {"t": text_of(r["n"])},

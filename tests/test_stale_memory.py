@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
+from soak import soak_size
 
 import little_workflow as lw
 from little_workflow.world import shared_state
@@ -29,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import stale_flows  # noqa: E402
-from stale_flows import simple, waiter  # noqa: E402
+from stale_flows import simple  # noqa: E402
 
 KINDS = ["local_world", "local-file", "memory", "s3"]
 
@@ -238,12 +239,16 @@ BOUNDED_KINDS = ["local_world", "memory"]
 
 
 @pytest.mark.parametrize("kind", BOUNDED_KINDS)
-def test_a_worker_holds_state_only_for_runs_in_flight(kind: str, tmp_path: Any) -> None:
+def test_a_worker_holds_state_only_for_runs_in_flight(kind: str, tmp_path: Any,
+                                                      monkeypatch: Any) -> None:
     if kind == "local_world":
         world = lw.local_world(str(tmp_path / "lw"))
     else:
         world = lw.virtual_world(MemoryFileSystem(skip_instance_cache=True, global_store=False), "/wf")
-    n = 2000
+    # Short: the idle-ledger cap lowered so that twice as many runs as it holds are few.
+    cap = soak_size("LW_IDLE_LEDGERS", short=64, full=shared_state.MAX_IDLE_LEDGERS)
+    monkeypatch.setattr(shared_state, "MAX_IDLE_LEDGERS", cap)
+    n = 2 * cap
     with world:
         for i in range(n):
             lw.start_workflow(simple, {"n": 1}, world=world, run_id=f"run_b{i}")

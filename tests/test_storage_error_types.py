@@ -282,10 +282,14 @@ MOUNT_CHILD = textwrap.dedent("""
 
 
 def private_mount_available() -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare"):
+    # Not require_tool: without a private mount these tests inject the errno instead.
+    if os.geteuid() != 0:
         return False
-    r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                       capture_output=True)
+    try:
+        r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True)
+    except FileNotFoundError:
+        return False
     return r.returncode == 0
 
 

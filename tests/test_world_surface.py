@@ -235,14 +235,23 @@ def test_close_releases_the_sqlite_connection_and_worlds_are_context_managers(tm
 
 def test_identity_keys_survive_id_reuse():
     """A new filesystem that happens to get a dead one's id() must not inherit its
-    in-process state (ledgers, locks)."""
+    in-process state (ledgers, locks). CPython hands a freed object's address to the
+    next one of its size: the loop stops once that happened a few times (a full
+    `gc.collect()` costs seconds in a long session's heap), and fails if it never did."""
+    seen: set[int] = set()
+    reused = 0
     for i in range(50):
         fs = private_memory()
+        reused += id(fs) in seen
+        seen.add(id(fs))
         world = lw.virtual_world(fs, "/wf")
         world.append_event("run_idreuse", "x", {"i": i})
         assert [e.payload["i"] for e in world.list_events("run_idreuse")] == [i]
         del world, fs
         gc.collect()
+        if reused >= 3:
+            break
+    assert reused >= 1, f"no id() was reused in 50 filesystems ({len(seen)} ids): nothing tested"
 
 
 def test_relative_paths_cannot_leave_the_data_dir(memory_world):

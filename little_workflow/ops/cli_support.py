@@ -14,11 +14,11 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import (
+    CatalogueNotBuiltError,
     LittleWorkflowError,
     StorageDamagedError,
     StorageError,
 )
-from ..world import local_world, virtual_world
 from ..world.ids import validate_run_id
 
 
@@ -58,11 +58,14 @@ def is_damaged_events_db(e: StorageError) -> bool:
 
 
 def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
-               run_id: str | None = None, note: Callable[[str], Any] = print) -> Any:
+               run_id: str | None = None, note: Callable[[str], Any] = print,
+               catalogue_only: bool = False) -> Any:
     """The World a command works on. A read-only command refuses a data dir or file URL
     that does not exist (instead of creating it); a `memory://` URL gets a one-line note
     that it dies with the process; a `file://` URL at a local_world data dir is refused
-    with the `--data-dir` that opens it."""
+    with the `--data-dir` that opens it. `catalogue_only` (a read-only command that
+    only lists runs): a local_world's catalogue alone, see `LocalCatalogueReader`."""
+
     if run_id:
         validate_run_id(run_id)  # a malformed id is the first thing to say
     missing = f"no run {run_id}: " if run_id else ""
@@ -80,6 +83,8 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
                                f"not a virtual world: open it with --data-dir {path}")
             if read_only and not os.path.isdir(path):
                 raise CliError(f"{missing}no world at {path} (nothing has run there)")
+        from ..world.virtual import virtual_world  # the World core: only where it is used
+
         try:
             return virtual_world(world_url)
         except (ValueError, ImportError, OSError) as e:
@@ -98,7 +103,45 @@ def open_world(data_dir: str | None, world_url: str | None, *, read_only: bool,
         why = "" if not os.path.isdir(root) else " (the directory has no events/events.db)"
         raise CliError(f"{missing}no data dir at {root}{why}; give the one you ran with, "
                        "e.g. --data-dir DIR")
+    if read_only and catalogue_only:
+        try:
+            return LocalCatalogueReader(root)
+        except CatalogueNotBuiltError:
+            if not os.access(root, os.W_OK):
+                raise
+    from ..world.local import local_world  # the World core: only where it is used
+
+    if read_only:
+        # Readers write nothing, so a read-only mount or snapshot reads too.
+        try:
+            return local_world(root, read_only=True)
+        except CatalogueNotBuiltError:
+            if not os.access(root, os.W_OK):
+                raise
+            # A World written by an older version: its catalogue is built on first open.
     return local_world(root)
+
+
+class LocalCatalogueReader:
+    """What `little runs` needs of a local_world — its run catalogue, its clock — read
+    straight from events.db (read-only), without the World: opening a World loads
+    fsspec and the World core, several times what listing a page costs."""
+
+    def __init__(self, root: str):
+        from ..world.clock import SYSTEM_CLOCK
+        from ..world.event_stores import SqliteEventStore
+
+        db_path = os.path.join(root, "events", "events.db")
+        self.data_dir = root
+        self.clock = SYSTEM_CLOCK
+        self.events = SqliteEventStore(db_path, read_only=True)
+        if self.events.catalogue_needs_build:
+            self.events.close()
+            raise CatalogueNotBuiltError(db_path)
+        self.catalogue = self.events.catalogue
+
+    def close(self) -> None:
+        self.events.close()
 
 
 # --- loading a workflow -------------------------------------------------------------------
@@ -208,7 +251,20 @@ def run_row(summary: Any) -> dict[str, Any]:
     return {"runId": summary.run_id, "workflowId": summary.workflow_id, "status": summary.status,
             "startedAt": doc["createdAt"], "durationSeconds": duration, "steps": summary.steps,
             "updatedAt": doc["updatedAt"], "waiting": summary.waiting, "error": summary.error,
-            "parentRunId": summary.parent_run_id}
+            "parentRunId": summary.parent_run_id, "needsVersion": summary.needs_version}
+
+
+def has_no_live_holder(world: Any, run_id: str) -> bool:
+    """A `running` run that no process executes (its process was killed: a worker or
+    `little run` resumes it), where the World can tell: local_world's lock directories.
+    Elsewhere (leases on an object store, in-process locks) it says nothing."""
+    from ..world.ids import run_lock_name
+    from ..world.locks import directory_lock_holder
+
+    locks_dir = os.path.join(str(getattr(world, "data_dir", "")), "locks")
+    if not (isinstance(world, LocalCatalogueReader) or getattr(world, "kind", None) == "local"):
+        return False
+    return directory_lock_holder(locks_dir, run_lock_name(run_id)) in ("none", "dead")
 
 
 def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,
@@ -230,6 +286,9 @@ def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | N
         page = list_runs(world, status=list(statuses) or None, workflow_id=workflow_id,
                          created_after=after, limit=limit, cursor=cursor)
         rows += [run_row(r) for r in page.runs]
+        for row in rows:
+            if row["status"] == "running" and "noLiveHolder" not in row:
+                row["noLiveHolder"] = has_no_live_holder(world, row["runId"])
         cursor = page.next_cursor
         if cursor is None or not every_page:
             return rows, cursor

@@ -8,6 +8,9 @@ from typing import Any, Callable
 
 from .inspect import TERMINAL_EVENTS
 
+#: Wide enough for the longest event type the runtime writes (harness.model_call.succeeded).
+TYPE_WIDTH = 28
+
 
 def event_line(e: Any) -> str:
     p = e.payload if isinstance(e.payload, dict) else {}
@@ -15,7 +18,8 @@ def event_line(e: Any) -> str:
     error = p.get("error")
     if isinstance(error, dict):
         detail = f"{detail} {error.get('type', 'Error')}: {error.get('message', '')}".strip()
-    return f"{e.sequence:>6}  {e.type:<26} {detail}  {e.created_at}"
+    # Fixed-width columns first, the free-length detail last, so every column lines up.
+    return f"{e.sequence:>6}  {e.type:<{TYPE_WIDTH}}  {e.created_at}  {detail}".rstrip()
 
 
 def follow_events(world: Any, run_id: str, *, as_json: bool = False,

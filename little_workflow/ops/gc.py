@@ -34,10 +34,13 @@ class GcReport:
     dry_run: bool = False
     #: Old finished runs left alone, and why (their lock is held, their log is unreadable).
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Catalogue summaries met whose run has no log any more (dropped unless `dry_run`).
+    catalogue_ghosts: list[str] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"runIds": self.run_ids, "bytesFreed": self.bytes_freed,
-                "dryRun": self.dry_run, "skipped": self.skipped}
+                "dryRun": self.dry_run, "skipped": self.skipped,
+                "catalogueGhosts": self.catalogue_ghosts}
 
 
 def parse_age(text: str) -> float:
@@ -75,6 +78,9 @@ def gc(
             continue
         try:
             events = world.list_events(run_id)
+            if not events:
+                _drop_ghost(world, run_id, report)
+                continue
             status = next((TERMINAL_STATUS[e.type] for e in events if e.type in TERMINAL_STATUS),
                           None)
             if status is None or status not in wanted:
@@ -112,6 +118,22 @@ def _old_finished_runs(world: Any, wanted: frozenset[str], cutoff: float) -> lis
         cursor = page.next_cursor
 
 
+def _drop_ghost(world: Any, run_id: str, report: GcReport) -> None:
+    """A summary the catalogue lists whose run has no log (its deletion was cut, or a
+    late summary write landed after it): dropped, under the run's lock so that a run
+    created again under its id meanwhile keeps its own."""
+    report.catalogue_ghosts.append(run_id)
+    if report.dry_run:
+        return
+    try:
+        with world.run_lock(run_id):
+            if not world.list_events(run_id):
+                world.catalogue.forget(run_id)
+    except RunLockedError:
+        report.catalogue_ghosts.remove(run_id)
+        report.skipped[run_id] = "its lock is held (it is in use)"
+
+
 def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:
     """Delete one run (artifact_ids None: it is already marked) or, dry, size it."""
     if report.dry_run:
@@ -122,7 +144,7 @@ def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcR
         with world.run_lock(run_id):
             if artifact_ids is not None:
                 run_deletion.mark_for_deletion(world, run_id, artifact_ids)
-            freed = run_deletion.finish_deletion(world, run_id)
+            freed = world.finish_deletion(run_id)
     except RunLockedError:
         report.skipped[run_id] = "its lock is held (it is in use)"
         return

@@ -1,13 +1,16 @@
 """What `little worker` says while it works: a line per run started, completed, failed,
-cancelled or left waiting (or a JSON object per line), counts at the end, and the two-step
-Ctrl-C (the first waits for the runs in flight, the second stops at once).
+cancelled, left waiting or left alone (or a JSON object per line), counts at the end, and
+the two-step Ctrl-C (the first waits for the runs in flight, the second stops at once).
 
 The lines come from the run events the worker's runs append, seen through
-`tracing_world`: the worker itself is not changed to report."""
+`tracing_world`: the worker itself is not changed to report. A run the worker's code may
+not run (another version, a divergence from its log) appends nothing that says so, so
+that line comes from the worker's log record of it (`lw_run_id`, `lw_refusal`), once."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -18,7 +21,7 @@ from ..errors import LittleWorkflowError, failure_text
 from ..world.tracing import tracing_world
 
 WAIT_EVENTS = {"timer.scheduled": "sleep", "wait.started": "event"}
-OUTCOMES = ("completed", "failed", "cancelled", "waiting")
+OUTCOMES = ("completed", "failed", "cancelled", "waiting", "refused")
 
 
 def plural(n: int, word: str) -> str:
@@ -30,6 +33,9 @@ class WorkerReport:
                  emit: Callable[[str], None]):
         self.world, self.as_json, self.say, self.emit = world, as_json, say, emit
         self.counts = dict.fromkeys(("started", *OUTCOMES), 0)
+        #: Each run's latest outcome here: a run resumed twice (a sleep, then a wait) is
+        #: one run in the summary, counted by how it ended last.
+        self.outcomes: dict[str, str] = {}
         self.in_flight: dict[str, float] = {}  # run id -> when it started here
         self.workflow_ids: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -52,6 +58,16 @@ class WorkerReport:
                     else f"event {payload.get('name')!r}")
             self._report(run_id, "waiting", detail=what, step=payload.get("stepPath"))
 
+    def on_log_record(self, record: logging.LogRecord) -> None:
+        """The worker's log: a refused run is a line of the report; other warnings are
+        printed as they are (as Python would print them with no logging set up)."""
+        refusal = getattr(record, "lw_refusal", None)
+        if isinstance(refusal, BaseException):
+            self._report(str(getattr(record, "lw_run_id", "?")), "refused",
+                         error={"type": type(refusal).__name__, "message": str(refusal)})
+        elif record.levelno >= logging.WARNING:
+            self.say(record.getMessage())
+
     def _workflow_id(self, run_id: str) -> str:
         if run_id not in self.workflow_ids:
             try:  # a run resumed here: its workflow is in its first event
@@ -68,6 +84,8 @@ class WorkerReport:
         workflow_id = self._workflow_id(run_id)
         with self._lock:
             self.counts[event] += 1
+            if event != "started" or run_id not in self.outcomes:
+                self.outcomes[run_id] = event
             now = time.monotonic()
             began = self.in_flight.pop(run_id, None) if event != "started" else None
             if event == "started":
@@ -91,14 +109,19 @@ class WorkerReport:
                 text = f"{run_id} failed: {failure_text(run_id, error or {})}{took}"
             elif event == "waiting":
                 text = f"{run_id} waiting at {step}: {detail}"
+            elif event == "refused":
+                text = f"{run_id} left alone: {(error or {}).get('message')}"
             else:
                 text = f"{run_id} {event}{took}"
             self.say(text)
 
     def summary(self) -> str:
-        c = self.counts
-        ends = [f"{c[o]} {o}" for o in OUTCOMES if c[o]]
-        return f"worker stopped: {plural(c['started'], 'run')} started" + (
+        ended = list(self.outcomes.values())
+        ends = [f"{ended.count(o)} {o}" for o in OUTCOMES if ended.count(o)]
+        in_flight = ended.count("started")
+        if in_flight:
+            ends.append(f"{in_flight} unfinished")
+        return f"worker stopped: {plural(len(self.outcomes), 'run')} started" + (
             ": " + ", ".join(ends) if ends else "")
 
     def run(self, worker: Any, *, until_idle: bool) -> int:
@@ -136,14 +159,27 @@ class WorkerReport:
             os._exit(130)  # the worker's threads are busy in step code: no clean exit waits
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        worker_log = logging.getLogger("little_workflow.worker")
+        handler = _ReportHandler(self)
+        worker_log.addHandler(handler)
         try:
             thread.start()
             while thread.is_alive():
                 thread.join(0.2)  # a short join: signal handlers run in between
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            worker_log.removeHandler(handler)
+            for s, handler_ in previous.items():
+                signal.signal(s, handler_)
         if failure:
             raise failure[0]
         self.say(self.summary())
         return 0
+
+
+class _ReportHandler(logging.Handler):
+    def __init__(self, report: WorkerReport):
+        super().__init__(logging.INFO)
+        self.report = report
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.report.on_log_record(record)

@@ -20,7 +20,7 @@ from .state import RunLog
 
 #: Records of a workflow's history a fork copies (run.* events are the fork's own).
 COPIED_PREFIXES = ("step.", "timer.", "wait.", "signal.", "value.", "memory.", "plan.",
-                   "harness.")
+                   "patch.", "harness.")
 
 
 def fork_points(log: RunLog) -> dict[str, int]:
@@ -55,6 +55,25 @@ def _cut_sequence(log: RunLog, source: str, from_step: str | None) -> tuple[int,
     if from_step in points:
         return points[from_step], from_step
     raise ForkPointError(source, from_step, f"no step {from_step!r} in this run", list(points))
+
+
+def finished_siblings(log: RunLog, step_path: str) -> tuple[str, ...]:
+    """The other children of a parallel group that succeeded, when `step_path` is one of
+    its children (`square/2` in `square`): a fork from one child keeps them whole, even
+    those that finished after it started, so only that child (and what the log had not
+    finished) runs again."""
+    group, _, _ = step_path.rpartition("/")
+    if not group or group in log.steps:  # not a child of a group
+        return ()
+    return tuple(path for path, rec in log.steps.items()
+                 if path != step_path and path.rpartition("/")[0] == group
+                 and rec.status == "succeeded")
+
+
+def _belongs_to(event: Any, step_paths: tuple[str, ...]) -> bool:
+    path = event.payload.get("stepPath") if isinstance(event.payload, dict) else None
+    return isinstance(path, str) and any(path == p or path.startswith(p + "/")
+                                         for p in step_paths)
 
 
 class _Republisher:
@@ -115,7 +134,9 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
     with world.run_lock(fork_id):
         if world.list_events(fork_id):
             raise WorldPathError(f"run id {fork_id} is already used; pick another new_run_id")
-        created = {k: thaw(v) for k, v in log.created.items() if k != "forkedFrom"}
+        # No `version`: a fork runs the code it is given, and its first run pins it.
+        created = {k: thaw(v) for k, v in log.created.items()
+                   if k not in ("forkedFrom", "version")}
         created["forkedFrom"] = {"runId": run_id, "stepPath": step_path}
         copied_refs = _Republisher(world, run_id, fork_id)
         created = _republish(world, created, fork_id, copied_refs)
@@ -125,10 +146,11 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
         # A sub-run unfinished at the cut belongs to the source: the fork starts its own.
         finished_calls = {e.payload.get("callPath") for e in events
                           if e.sequence < cut and e.type == "harness.tool_call.succeeded"}
+        kept_siblings = finished_siblings(log, step_path)
         for e in events:
-            if e.sequence >= cut:
-                break
             if not e.type.startswith(COPIED_PREFIXES):
+                continue
+            if e.sequence >= cut and not _belongs_to(e, kept_siblings):
                 continue
             call_path = e.payload.get("callPath") if isinstance(e.payload, dict) else None
             if e.type.startswith("harness.tool_call.") and call_path is not None \

@@ -41,6 +41,10 @@ class MemoryJournal:
         idem = "mem_" + sha256_hex(canonical_json(
             {"runId": ctx.run_id, "scope": self.scope, "path": path, "index": index,
              "stepPath": step_path, "contentHash": content_hash}))[:32]
+        written = ("memory.written", self.scope, path, idem)
+        if written in ctx.log.marks:  # journaled by an earlier execution: written again
+            ctx.asked(written)
+            return True
         ctx.append_sync("memory.written", {
             "scope": self.scope, "key": self.key, "path": path, "contentHash": content_hash,
             "sizeBytes": None if data is None else len(data), "stepPath": step_path,
@@ -71,6 +75,7 @@ class MemoryReads:
         self._counts[path] = index + 1
         recorded = ctx.log.memory_reads.get((self.scope, path, index))
         if recorded is not None:
+            ctx.asked(("memory", self.scope, path, index))
             return _decode(stored_value(ctx.world, recorded))
         if ctx.replaying:
             raise ReplayDivergenceError(ctx.run_id, f"memory {self.scope}/{path}",

@@ -19,11 +19,12 @@ from pydantic.alias_generators import to_camel
 
 from ..errors import InputMismatchError, RunLockedError, WorkflowFailedError
 from ..world.ids import content_hash, sha256_hex, validate_name
+from ..world.models import thaw
+from .codec import ValueCodecError, input_codec, return_codec
 from .runner import arun_single, input_json, offload
 from .state import RunResult
-from .values import stored_value
+from .values import output_json, stored_value
 from .workflow import Workflow
-
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -84,8 +85,28 @@ Supervisor = Callable[["CycleRecord", list["CycleRecord"]],
                       Union[Continue[In], Done[Out], Awaitable[Union[Continue[In], Done[Out]]]]]
 
 
-async def _decide(supervise: Callable[..., Any], cycle: dict[str, Any], history: list[dict[str, Any]]) -> Any:
-    decision = supervise(CycleRecord(cycle), [CycleRecord(c) for c in history])
+def _typed(codec: Any, stored: Any) -> Any:
+    """A cycle's input or output as the supervisor sees it: typed by the workflow's
+    annotations (DESIGN §16) when it fits them; the manifest keeps the JSON."""
+    if stored is None or codec.plain:
+        return stored
+    try:
+        return codec.decode(stored)
+    except ValueCodecError:
+        return stored  # a value of the supervisor's own shape (`Done(...)`), kept as JSON
+
+
+async def _decide(wf: Workflow[Any, Any], supervise: Callable[..., Any], cycle: dict[str, Any],
+                  history: list[dict[str, Any]]) -> Any:
+    inputs, outputs = input_codec(wf.fn), return_codec(wf.fn)
+
+    def typed(c: dict[str, Any]) -> CycleRecord:
+        record = CycleRecord(c, output=_typed(outputs, c.get("output")))
+        if "input" in c:
+            record["input"] = _typed(inputs, c["input"])
+        return record
+
+    decision = supervise(typed(cycle), [typed(c) for c in history])
     if inspect.isawaitable(decision):
         decision = await decision
     if not isinstance(decision, (Done, Continue)):
@@ -107,6 +128,7 @@ async def arun_outer_loop(
     if supervise is None:
         raise ValueError("an outer loop needs supervise=fn(cycle, history) -> Done | Continue")
     value = input_json(wf, input, outer_loop_id or "outer loop")
+    outputs = return_codec(wf.fn)
     input_hash = content_hash(value)
     if outer_loop_id is None:
         outer_loop_id = "ol_" + sha256_hex(wf.definition_hash + input_hash)[:16]
@@ -130,7 +152,7 @@ async def arun_outer_loop(
             result = manifest["result"]
             last = manifest["cycles"][-1] if manifest["cycles"] else {}
             return RunResult(run_id=last.get("runId", ""), status="completed",
-                             output=result.get("finalOutput"), workflow_id=wf.id,
+                             output=_typed(outputs, result.get("finalOutput")), workflow_id=wf.id,
                              outer_loop_id=outer_loop_id, result_kind=result.get("kind"),
                              cycles=manifest["cycles"])
 
@@ -155,19 +177,22 @@ async def arun_outer_loop(
                 prev_events = await offload(world, world.list_events, prev["runId"])
                 prev_input = (stored_value(world, prev_events[0].payload.get("input"))
                               if prev_events else None)
-                decision = await _decide(supervise, {**prev, "input": prev_input}, cycles[:-1])
+                decision = await _decide(wf, supervise, {**prev, "input": prev_input}, cycles[:-1])
                 cycle_input = decision.next_input if isinstance(decision, Continue) else value
             if manifest.get("pendingCycleRunId") != run_id:
                 manifest["pendingCycleRunId"] = run_id
                 await offload(world, world.write_document, path, manifest)
             try:
                 result = await arun_single(wf, cycle_input, world=world, run_id=run_id)
-                status, output = "completed", result.output
+                # The manifest and the cycle's record hold JSON; the supervisor gets types.
+                status, output = "completed", thaw(output_json(wf, result.output))
             except WorkflowFailedError:
                 status, output = "failed", None
             cycle = {"cycleNumber": number, "runId": run_id,
                      "workflowVersionId": wf.version_id, "status": status, "output": output}
-            decision = await _decide(supervise, {**cycle, "input": cycle_input}, list(cycles))
+            decision = await _decide(wf, supervise,
+                                     {**cycle, "input": input_json(wf, cycle_input, run_id)},
+                                     list(cycles))
             done = isinstance(decision, Done)
             await offload(world, functools.partial(
                 world.append_event, run_id, "outer_loop.cycle_completed",
@@ -177,7 +202,8 @@ async def arun_outer_loop(
             cycles.append(cycle)
             manifest["pendingCycleRunId"] = None
             if done:
-                manifest["result"] = {"kind": "done", "finalOutput": decision.final_output}
+                manifest["result"] = {"kind": "done",
+                                      "finalOutput": thaw(output_json(wf, decision.final_output))}
             elif number >= manifest["maxCycles"]:
                 manifest["result"] = {"kind": "max_cycles", "finalOutput": output}
             await offload(world, world.write_document, path, manifest)

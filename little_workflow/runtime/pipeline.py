@@ -11,11 +11,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..errors import ReplayDivergenceError, StepFailedError, UnknownWorkflowError
+from ..errors import (
+    ClockStalledError,
+    LeaseLostError,
+    ReplayDivergenceError,
+    RunLockedError,
+    StepFailedError,
+    StorageError,
+    UnknownWorkflowError,
+    WorkflowVersionError,
+)
 from ..world.ids import canonical_json, sha256_hex
 from .steps import error_record
-from .values import stored_value
+from .values import decode_output, encode_input, output_json, stored_value
 from .workflow import Workflow
+
+#: What a sub-run raises when it could not run now, not because it failed (the last two:
+#: this code may not run it — another version, or its log diverges from the code).
+NOT_A_FAILURE = (RunLockedError, LeaseLostError, StorageError, ClockStalledError,
+                 WorkflowVersionError, ReplayDivergenceError)
 
 
 @dataclass(frozen=True)
@@ -42,27 +56,39 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
     available = dict(pipeline.workflows) if pipeline else {}
     if name not in available:
         raise UnknownWorkflowError(name, list(available))
+    member = available[name]
     index = ctx.next_call_index()
     call_path = f"call-{index}-{name}"
     recorded = ctx.log.sub_runs.get(call_path)
+    if recorded is not None:
+        ctx.asked(("call", call_path))
     if recorded is not None and recorded.get("status") == "succeeded":
-        return (stored_value(ctx.world, recorded.get("result")) or {}).get("output")
+        # Typed by the member's return annotation, as the first run's sub-run gave it.
+        output = (stored_value(ctx.world, recorded.get("result")) or {}).get("output")
+        return decode_output(member, output, ctx.run_id) if output is not None else None
     if ctx.replaying:
         raise ReplayDivergenceError(ctx.run_id, call_path, "the log holds no finished sub-run here")
     sub_run_id = (recorded or {}).get("subRunId") or (
         "run_" + sha256_hex(canonical_json({"parent": ctx.run_id, "call": call_path}))[:24])
     base = {"callPath": call_path, "name": "call_workflow"}
+    stored_input = encode_input(member, input, sub_run_id)  # the record holds JSON
     await ctx.append("harness.tool_call.started",
-                     {**base, "args": {"workflow": name, "input": input, "subRunId": sub_run_id}},
+                     {**base, "args": {"workflow": name, "input": stored_input, "subRunId": sub_run_id}},
                      idempotency_key=f"{call_path}:started")
     try:
-        result = await ctx.run_child(available[name], input, world=ctx.world,
+        result = await ctx.run_child(member, input, world=ctx.world,
                                      run_id=sub_run_id, pipeline=pipeline,
                                      parent_run_id=ctx.run_id)
+    except NOT_A_FAILURE:
+        # The sub-run did not fail: another process executes it, this process lost it,
+        # the storage failed, or this code may not run it. Nothing is recorded; the
+        # orchestrator stays resumable.
+        raise
     except Exception as e:
         await ctx.append("harness.tool_call.failed", {**base, "error": error_record(e)})
         raise StepFailedError(ctx.run_id, call_path, error_record(e)) from e
     await ctx.append("harness.tool_call.succeeded",
-                     {**base, "result": {"runId": sub_run_id, "workflow": name, "output": result.output}},
+                     {**base, "result": {"runId": sub_run_id, "workflow": name,
+                                         "output": output_json(member, result.output)}},
                      idempotency_key=f"{call_path}:succeeded")
     return result.output

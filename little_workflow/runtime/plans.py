@@ -40,14 +40,19 @@ class Plans:
         """Keep `value` (JSON) as plan `name` of this run's workflow version."""
         validate_name("plan name", name)
         ctx = self._ctx
+        digest = content_hash(value)
+        kept = ("plan.kept", name, digest)
+        if kept in ctx.log.marks:  # kept by an earlier execution (or a fork's source)
+            ctx.asked(kept)
+            return
         if ctx.replaying:
             return
+        payload = {"name": name, "workflowVersionId": ctx.workflow.version_id,
+                   "contentHash": digest}
+        ctx.check_history("plan.kept", payload)  # before the plan file changes
         data = json.dumps(value, ensure_ascii=False, sort_keys=True).encode()
         ctx.world.write_file(self._relative(ctx.run_id, name), data)
-        digest = content_hash(value)
-        ctx.append_sync("plan.kept", {
-            "name": name, "workflowVersionId": ctx.workflow.version_id, "contentHash": digest,
-        }, idempotency_key=f"plan.kept:{name}:{digest}")
+        ctx.append_sync("plan.kept", payload, idempotency_key=f"plan.kept:{name}:{digest}")
 
     def reuse(self, name: str) -> Any:
         """The newest plan `name` kept by an earlier run of this workflow version, or None."""
@@ -55,6 +60,7 @@ class Plans:
         ctx = self._ctx
         recorded = ctx.log.plans_reused.get(name)
         if recorded is not None:
+            ctx.asked(("plan.reused", name))
             return stored_value(ctx.world, recorded.get("plan"))
         if ctx.replaying:
             return None

@@ -12,11 +12,17 @@ torture: a kill a second) must take a dead holder's runs over within a lease or 
 10 s later — one attempt per 2 s is still a few requests, not thousands. A held run
 whose holder let it go (its log shows it waiting now) is tried at once: the holder
 suspended it and released the lock.
+
+A run this worker's code may not run — pinned to another version, or its log diverges
+from what the code asks for (DESIGN §15) — is left alone for good: the same code gives the
+same answer however often it tries. A worker with other code (or this one restarted with
+fixed code) runs it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -79,6 +85,19 @@ class RetryBackoff:
                          RETRY_HELD_CAP_SECONDS if kind == LOCKED else RETRY_CAP_SECONDS,
                          exc_info=None if isinstance(error, LittleWorkflowError) else error)
 
+    def refused(self, run_id: str, error: BaseException, last_sequence: int) -> None:
+        """This worker's code may not run the run (another version; it diverges from the
+        log): never tried again by this worker. Reported once, with the run id and the
+        error on the log record (`lw_run_id`, `lw_refusal`) for whoever shows it."""
+        kind = type(error).__name__
+        with self._lock:
+            before = self._blocked.get(run_id)
+            self._blocked[run_id] = Blocked(kind, 1 if before is None else before.failures + 1,
+                                            math.inf, last_sequence)
+        if before is None or before.kind != kind:
+            self.log.warning("run %s left alone: %s", run_id, error,
+                             extra={"lw_run_id": run_id, "lw_refusal": error})
+
     def ran(self, run_id: str) -> None:
         """The run was executed (completed, waiting, failed or cancelled)."""
         with self._lock:
@@ -116,7 +135,8 @@ class RetryBackoff:
         flight, or not due), and counting it would wake the worker again at once."""
         now = time.monotonic()
         with self._lock:
-            ahead = [b.retry_at for b in self._blocked.values() if b.retry_at > now]
+            ahead = [b.retry_at for b in self._blocked.values()
+                     if now < b.retry_at < math.inf]
         return min(ahead) - now if ahead else None
 
     def forget(self, keep: set[str]) -> None:

@@ -23,27 +23,31 @@ from ..errors import (
     ReplayDivergenceError,
     RunCancelledError,
     RunFinishedError,
+    RunLockedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
     WorkflowMismatchError,
+    WorkflowVersionError,
     failure_text,
 )
-from ..world.core import frozen_json
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
 from .active_index import mark_active
-from .context import INLINE_OUTPUT_LIMIT, RunContext, running
+from .context import RunContext, running
 from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
+from .step_engine import INLINE_OUTPUT_LIMIT
 from .steps import error_record
-from .values import stored_value
+from .values import decode_input, decode_output, encode_input, encode_output, stored_value
+from .versions import refuse_other_versions
 from .waiting import (
     RunSuspended,
     RunWatch,
     cancelled_on_entry,
     finish_if_cancelled,
     requested_reason,
+    stop_if_superseded,
 )
 from .workflow import Workflow
 
@@ -101,15 +105,10 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
-    """The run input as plain JSON, validated against the workflow's input schema."""
+    """The run input as plain JSON — encoded by the annotation of the workflow's `input`
+    (DESIGN §16) — validated against the workflow's input schema."""
     try:
-        from pydantic import BaseModel
-
-        if isinstance(input, BaseModel):
-            input = input.model_dump(mode="json")
-        frozen = frozen_json(input, "input")
-    except TypeError as e:
-        raise SchemaValidationError(f"input of run {run_id}", f"not JSON ({e})") from None
+        frozen = encode_input(wf, input, run_id)
     except RecursionError:
         raise SchemaValidationError(f"input of run {run_id}", "nested too deeply") from None
     value = thaw(frozen)
@@ -193,23 +192,36 @@ async def _run_locked(
 async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                        parent_run_id: str | None) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
-    if log.created is None:
+    resuming = log.created is not None
+    if not resuming:
         # A sub-run names its parent, so the catalogue can list a pipeline's runs.
         await create_run(ctx, wf, input, input_hash,
                          {"parentRunId": parent_run_id} if parent_run_id else None)
     await cancelled_on_entry(ctx)
-    await ctx.append("run.started", {"start": log.starts + 1}, durable=False)
+    if resuming:
+        await offload(world, refuse_other_versions, world, log, wf)
+    ctx.begin_execution(await ctx.append(
+        "run.started", {"start": log.starts + 1, "version": wf.code_version}, durable=False))
     ctx.watch = RunWatch(ctx).start()
+    ctx.body_task = asyncio.current_task()
     try:
         with running(ctx):
-            output = to_output_json(await wf.fn(ctx, thaw(input)), run_id)
+            returned = await wf.fn(ctx, decode_input(wf, input, run_id))
+            output, typed_output = encode_output(wf, returned, run_id)
+            output = thaw(output)
+        # Returning is new too: the log may hold records this code never asked for.
+        ctx.check_history("run.completed", {})
     except RunSuspended as s:
         return RunResult(run_id=run_id, status="waiting", workflow_id=wf.id, waiting=s.waiting)
     except asyncio.CancelledError:
+        stop_if_superseded(ctx)  # raises LeaseLostError when another execution started
         await finish_if_cancelled(ctx)  # raises RunCancelledError when cancel_run asked
         raise  # not a failure of the run: it stays unfinished and resumable
-    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError):
-        raise  # not a failure of the run: it stays unfinished and resumable
+    except (KeyboardInterrupt, SystemExit, StorageError, LeaseLostError, ClockStalledError,
+            RunLockedError, ReplayDivergenceError, WorkflowVersionError):
+        # Not a failure of the run: it stays unfinished and resumable. (RunLockedError:
+        # a sub-run another process executes; the last two: this code may not run it.)
+        raise
     except Exception as e:
         await finish_if_cancelled(ctx)  # a cancelled run is cancelled, not failed
         failure = failure_payload(e)
@@ -229,7 +241,7 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     else:
         payload["output"] = output
     await ctx.append("run.completed", payload)
-    return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+    return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
 
 
 TRACEBACK_FRAMES = 50  # the innermost ones, per exception of the chain
@@ -258,7 +270,7 @@ def create_run_sync(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_h
     world.ensure_dir(f"runs/{ctx.run_id}/scratch")
     mark_active(world, ctx.run_id, wf.id)  # before run.created
     ctx.append_sync("run.created", {
-        "workflowId": wf.id, "workflowVersionId": wf.version_id,
+        "workflowId": wf.id, "workflowVersionId": wf.version_id, "version": wf.code_version,
         "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
         **(extra or {}),
     })
@@ -270,14 +282,8 @@ async def create_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_
     await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
 
 
-def to_output_json(value: Any, run_id: str) -> Any:
-    from .values import to_json_value
-
-    return thaw(to_json_value(value, run_id, "(workflow output)"))
-
-
 def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
-    output = stored_value(world, log.output, log.output_ref)
+    output = decode_output(wf, stored_value(world, log.output, log.output_ref), log.run_id)
     created = log.created or {}
     return RunResult(
         run_id=log.run_id, status=log.status, output=output,
@@ -303,8 +309,9 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
                      mode="replay", run_child=arun_single)
     try:
         with running(ctx):
-            output = to_output_json(await wf.fn(ctx, input), run_id)
-            wf.validate_output(output)  # a run whose output broke its schema failed so
+            returned = await wf.fn(ctx, decode_input(wf, input, run_id))
+            output, typed_output = encode_output(wf, returned, run_id)
+            wf.validate_output(thaw(output))  # a run whose output broke its schema failed so
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):
@@ -320,7 +327,7 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
     if log.status == "failed":
         raise ReplayDivergenceError(run_id, "", f"the log says the run {_logged_end(world, log)}, "
                                     "but the code completed")
-    return RunResult(run_id=run_id, status="completed", output=output, workflow_id=wf.id)
+    return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
 
 
 def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],

@@ -18,8 +18,9 @@ from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, 
 from ..world.clock import from_iso, to_iso
 from ..world.ids import validate_run_id
 from ..world.models import Event
+from .codec import PLAIN, Codec, ValueCodecError, encode_untyped
 from .state import TERMINAL_STATUSES, RunLog
-from .values import stored_value
+from .values import decode_stored, stored_value
 from .waiting import RunSuspended, notify_run
 
 
@@ -34,13 +35,17 @@ def pick_signal(log: RunLog, name: str, before: int | None = None) -> tuple[int,
     return None
 
 
-def signal_payload(ctx: Any, sequence: int | None) -> Any:
-    """What the event at `sequence` carried, read back as it was sent."""
+def signal_payload(ctx: Any, sequence: int | None, codec: Codec = PLAIN, path: str = "") -> Any:
+    """What the event at `sequence` carried, read back as it was sent (typed by the
+    wait's `type=`; a None payload stays None, as a timeout's answer)."""
     if sequence is None:
         return None
     for seq, _, payload in ctx.log.signals:
         if seq == sequence:
-            return stored_value(ctx.world, payload)
+            value = stored_value(ctx.world, payload)
+            if value is None:
+                return None
+            return decode_stored(codec, value, ctx.run_id, path, "event payload")
     return None
 
 
@@ -48,7 +53,9 @@ def waiting_for(path: str, rec: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "event", "stepPath": path, "name": rec["name"], "deadline": rec["deadline"]}
 
 
-async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) -> Any:
+async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None,
+                         codec: Codec | None = None) -> Any:
+    codec = codec or PLAIN
     ctx.claim_path(path)
     if not isinstance(name, str) or not name:
         raise StepError(ctx.run_id, path, f"an event name is a non-empty string, not {name!r}")
@@ -56,14 +63,16 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
         raise StepError(ctx.run_id, path, f"timeout is a number of seconds or None, not {timeout!r}")
     log = ctx.log
     rec = log.waits.get(path)
+    if rec is not None:
+        ctx.asked(("wait", path))
     if ctx.replaying:
         if rec is None:
             raise ReplayDivergenceError(ctx.run_id, path, "the code waits where the log holds no wait")
         if not rec.get("completed"):
             raise RunSuspended(ctx.run_id, waiting_for(path, rec))
-        return signal_payload(ctx, rec.get("signalSequence"))
+        return signal_payload(ctx, rec.get("signalSequence"), codec, path)
     if rec is not None and rec.get("completed"):
-        return signal_payload(ctx, rec.get("signalSequence"))
+        return signal_payload(ctx, rec.get("signalSequence"), codec, path)
     clock = ctx.world.clock
     watch = ctx.watch
     if rec is None:
@@ -77,13 +86,13 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
         if watch is not None:
             watch.changed.clear()
         if rec.get("completed"):  # folded in: a holder that lost its lease ended this wait
-            return signal_payload(ctx, rec.get("signalSequence"))
+            return signal_payload(ctx, rec.get("signalSequence"), codec, path)
         if rec["timedOutAt"] is not None:
             hit = pick_signal(log, name, before=rec["timedOutAt"])
-            return await _complete(ctx, path, name, hit)
+            return await _complete(ctx, path, name, hit, codec)
         hit = pick_signal(log, name)
         if hit is not None:
-            return await _complete(ctx, path, name, hit)
+            return await _complete(ctx, path, name, hit, codec)
         deadline_epoch = from_iso(rec["deadline"]) if rec["deadline"] else None
         if deadline_epoch is not None and deadline_epoch <= clock.now():
             await ctx.append("wait.timed_out", {"stepPath": path})
@@ -100,10 +109,18 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None) 
         await watch.wait_changed(deadline_epoch, clock)
 
 
-async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None) -> Any:
+async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None,
+                    codec: Codec) -> Any:
     sequence = hit[0] if hit is not None else None
+    value = stored_value(ctx.world, hit[1]) if hit is not None else None
+    if value is not None and not codec.plain:
+        try:  # before the wait records what it took: a payload that does not fit fails the run
+            value = codec.decode(value)
+        except ValueCodecError as e:
+            raise StepError(ctx.run_id, path, f"the payload of event {name!r} (wanted "
+                            f"{e.type_name}) {e.reason}") from None
     await ctx.append("wait.completed", {"stepPath": path, "name": name, "signalSequence": sequence})
-    return stored_value(ctx.world, hit[1]) if hit is not None else None
+    return value
 
 
 def send_event(
@@ -112,10 +129,17 @@ def send_event(
     """Send the event `name` with `payload` to run `run_id` (appended to its log as
     `signal.received`). The same `idempotency_key` with the same name and payload again is
     a no-op; with another one, `IdempotencyConflictError`. Unknown run:
-    `RunNotFoundError`; finished run: `RunFinishedError`."""
+    `RunNotFoundError`; finished run: `RunFinishedError`. A payload that is not JSON (a
+    pydantic model, a dataclass, a datetime...) is stored as its JSON (DESIGN §16), sets
+    sorted; one that cannot be is a TypeError."""
     validate_run_id(run_id)
     if not isinstance(name, str) or not name:
         raise ValueError(f"an event name is a non-empty string, not {name!r}")
+    try:
+        payload = encode_untyped(payload)
+    except ValueCodecError as e:
+        raise TypeError(f"event {name!r} for run {run_id}: the payload {e.reason} "
+                        f"(a {e.type_name})") from None
     events = world.list_events(run_id)
     if idempotency_key is not None and any(
             e.append_idempotency_key == idempotency_key for e in events):

@@ -28,6 +28,7 @@ class StepRecord:
     output_ref: str | None = None
     error: dict[str, Any] | None = None
     succeeded_at: int = 0  # the sequence of the step.succeeded that counts (the first)
+    finished_at: int = 0  # the sequence that finished it: that success, or its last failure
 
 
 @dataclass
@@ -61,6 +62,12 @@ class RunLog:
     open_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # what `waiting` waits for
     values: dict[str, Any] = field(default_factory=dict)  # value.recorded key -> value
     cancel_requested: dict[str, Any] | None = None
+    # Records on the workflow's path other than steps, timers, waits and sub-run calls
+    # (recorded values, memory reads and writes, kept and reused plans, patch markers), by
+    # the key the code asks for them with (history.py), with their sequence.
+    marks: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    started_version: str | None = None  # the `version` of the first run.started naming one
+    refused: dict[str, Any] | None = None  # run.resume_refused since the last run.started
 
     @classmethod
     def fold(cls, run_id: str, events: list[Event]) -> "RunLog":
@@ -82,6 +89,9 @@ class RunLog:
             self.status = "created"
         elif t == "run.started":
             self.starts += 1
+            self.refused = None
+            if self.started_version is None and isinstance(p.get("version"), str):
+                self.started_version = p["version"]
             if self.status not in TERMINAL_STATUSES:
                 self.status = "waiting" if self.open_waits else "running"
         elif t == "run.completed":
@@ -98,6 +108,8 @@ class RunLog:
         elif t == "run.cancel_requested":
             if self.cancel_requested is None:
                 self.cancel_requested = p
+        elif t == "run.resume_refused":
+            self.refused = p
         elif t in TIME_AND_MESSAGE_EVENTS:
             fold_time_event(self, e, p)
         elif t.startswith("step."):
@@ -115,7 +127,7 @@ class RunLog:
                 if rec.succeeded_at:
                     return  # the first recorded success is the step's result
                 rec.status = "succeeded"
-                rec.succeeded_at = e.sequence
+                rec.succeeded_at = rec.finished_at = e.sequence
                 rec.output = p.get("output")
                 rec.output_ref = p.get("outputRef")
             elif t == "step.failed":
@@ -123,6 +135,8 @@ class RunLog:
                 if not rec.succeeded_at:
                     rec.error = p.get("error")
                     rec.status = "running" if p.get("willRetry") else "failed"
+                    if rec.status == "failed":
+                        rec.finished_at = e.sequence
         elif t.startswith("harness.") and t.endswith(".succeeded"):
             key = p.get("callKey")
             if isinstance(key, str):
@@ -134,17 +148,31 @@ class RunLog:
             call_path = p.get("callPath")
             args = p.get("args")
             if isinstance(call_path, str) and isinstance(args, dict) and "subRunId" in args:
-                self.sub_runs.setdefault(call_path, {}).update(
-                    subRunId=args["subRunId"], status="started", name=p.get("name")
-                )
+                call = self.sub_runs.setdefault(call_path, {})
+                call.setdefault("sequence", e.sequence)
+                call.update(subRunId=args["subRunId"], status="started", name=p.get("name"))
         elif t == "memory.read":
             scope, path, index = p.get("scope"), p.get("path"), p.get("index")
             if isinstance(scope, str) and isinstance(path, str) and isinstance(index, int):
                 self.memory_reads[(scope, path, index)] = p
+                self.marks.setdefault(("memory", scope, path, index), e.sequence)
         elif t == "plan.reused":
             name = p.get("name")
             if isinstance(name, str):
                 self.plans_reused[name] = p
+                self.marks.setdefault(("plan.reused", name), e.sequence)
+        elif t == "plan.kept":
+            name = p.get("name")
+            if isinstance(name, str):
+                self.marks.setdefault(("plan.kept", name, p.get("contentHash")), e.sequence)
+        elif t == "memory.written":
+            scope, path, key = p.get("scope"), p.get("path"), e.append_idempotency_key
+            if isinstance(key, str):
+                self.marks.setdefault(("memory.written", scope, path, key), e.sequence)
+        elif t == "patch.marked":
+            patch_id = p.get("patchId")
+            if isinstance(patch_id, str):
+                self.marks.setdefault(("patch", patch_id), e.sequence)
 
 
 def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
@@ -156,6 +184,7 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
         key = p.get("key")
         if isinstance(key, str):
             log.values.setdefault(key, p.get("value"))
+            log.marks.setdefault(("value", key), e.sequence)
         return
     path = p.get("stepPath")
     if not isinstance(path, str):
@@ -164,7 +193,9 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
         log.timers[path] = {"wakeAt": p.get("wakeAt"), "fired": False, "sequence": e.sequence}
         log.open_waits[path] = {"kind": "sleep", "stepPath": path, "wakeAt": p.get("wakeAt")}
     elif t == "timer.fired":
-        log.timers.setdefault(path, {"wakeAt": None, "sequence": e.sequence})["fired"] = True
+        timer = log.timers.setdefault(path, {"wakeAt": None, "sequence": e.sequence})
+        timer["fired"] = True
+        timer.setdefault("firedAt", e.sequence)
         log.open_waits.pop(path, None)
     elif t == "wait.started":
         log.waits[path] = {"name": p.get("name"), "deadline": p.get("deadline"),
@@ -180,6 +211,7 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
         rec = log.waits.setdefault(path, {"name": p.get("name"), "deadline": None,
                                           "sequence": e.sequence, "timedOutAt": None})
         rec["completed"] = True
+        rec.setdefault("completedAt", e.sequence)
         rec["signalSequence"] = p.get("signalSequence")
         if isinstance(p.get("signalSequence"), int):
             log.taken.add(p["signalSequence"])
@@ -235,8 +267,9 @@ class RunResult(_Model, Generic[Out]):
                    runs nothing.
       status       "completed" (a failed run raises `WorkflowFailedError` instead, with
                    `.run_id` and `.error`).
-      output       what the workflow returned, as JSON values (checked against its
-                   output schema when it has one).
+      output       what the workflow returned, typed by its return annotation (a
+                   pydantic model comes back as the model, DESIGN §16): the run stores
+                   its JSON, which is checked against the output schema when it has one.
       workflow_id  the `id` of the workflow that ran.
       outer_loop_id, result_kind, cycles
                    set for an outer loop (`max_outer_cycles=` / `supervise=`): its id; how

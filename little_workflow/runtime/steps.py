@@ -1,5 +1,6 @@
 """Step policy and the per-step view: retries, current_step(), scratch folders,
-harness (model/tool) calls recorded so a retried step never repeats a finished call."""
+harness (model/tool) calls recorded so a retried step never repeats a finished call,
+and the parallel group a step runs in."""
 
 from __future__ import annotations
 
@@ -193,6 +194,32 @@ def release_enclosing_slot() -> None:
 
 def reset_current(token: contextvars.Token[StepInfo | None]) -> None:
     _current.reset(token)
+
+
+@dataclass
+class Group:
+    """The parallel group whose children run here (groups.py): their appends share
+    commits, sync functions run in threads, and in replay each child is checked against
+    the log's order from where the group began (`floor`)."""
+
+    floor: int
+    highest: int = 0
+
+
+_group: contextvars.ContextVar[Group | None] = contextvars.ContextVar("lw_group", default=None)
+
+
+def current_group() -> Group | None:
+    """The parallel group running here, or None in the workflow body."""
+    return _group.get()
+
+
+def enter_group(group: Group) -> contextvars.Token[Group | None]:
+    return _group.set(group)
+
+
+def leave_group(token: contextvars.Token[Group | None]) -> None:
+    _group.reset(token)
 
 
 async def call_step_fn(fn: Callable[..., Any], args: tuple[Any, ...], *, threaded: bool) -> Any:

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import ClockStalledError, ReplayDivergenceError, StepError
 from ..world.clock import from_iso, to_epoch, to_iso
-from .waiting import RunSuspended
 from .values import stored_value
+from .waiting import RunSuspended
 
 
 def _check_cancel(ctx: Any) -> None:
@@ -27,6 +27,8 @@ def _check_cancel(ctx: Any) -> None:
 async def sleep_until(ctx: Any, path: str, when: float | None, seconds: float | None) -> None:
     ctx.claim_path(path)
     rec = ctx.log.timers.get(path)
+    if rec is not None:
+        ctx.asked(("timer", path))
     if ctx.replaying:
         if rec is None:
             raise ReplayDivergenceError(ctx.run_id, path, "the code sleeps where the log holds no timer")
@@ -77,6 +79,7 @@ def recorded_value(ctx: Any, kind: str, make: Any) -> Any:
     counters[kind] = index + 1
     key = f"{kind}/{index}"
     if key in ctx.log.values:
+        ctx.asked(("value", key))
         return stored_value(ctx.world, ctx.log.values[key])
     if ctx.replaying:
         raise ReplayDivergenceError(ctx.run_id, key, f"the log holds no recorded {kind} value here")

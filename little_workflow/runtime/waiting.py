@@ -8,6 +8,10 @@ whoever waits on it. In this process the writer notifies the watch directly (a w
 within milliseconds); another process's writes are found by reading the log at least
 every `POLL_SECONDS` while the run is blocked and at step boundaries — and whenever one
 of the run's own appends lands past the next sequence (`RunContext._fold_own`).
+
+Readers outside the run (a `RunHandle` waiting for the result, a stream follower) are
+woken the same way by `announce`, on a separate list (`observe`), so what wakes them
+never costs the run or the workers a read.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import threading
 import time
 from typing import Any
 
-from ..errors import RunCancelledError
+from ..errors import LittleWorkflowError, RunCancelledError
 from ..world.models import Event
+from .loops import may_block_loop
+from .state import TERMINAL_STATUSES, RunLog
 
 #: How often a blocked run (or a step boundary) looks for other processes' writes.
 POLL_SECONDS = 1.0
@@ -67,6 +73,42 @@ def notify_run(world: Any, run_id: str) -> None:
             _registry.get(_key(world, None), ()))
     for listener in listeners:
         listener.notify()
+    announce(world, run_id)
+
+
+# ---- readers outside the run: handles waiting for a result, stream followers ------------
+#
+# Kept apart from the listeners above: a stream write wakes its readers only, never the
+# run's own watch (which would re-read the log) nor every worker (which would sweep).
+
+_observers: dict[tuple[int, str | None], set[Any]] = {}
+
+
+def observe(world: Any, run_id: str, observer: Any) -> None:
+    """`observer.notify()` is called (from any thread) when this process appends to
+    `run_id` something a reader outside the run waits for: a stream record, the run's
+    end, a signal, a cancel request, a new run."""
+    with _registry_guard:
+        _observers.setdefault(_key(world, run_id), set()).add(observer)
+
+
+def unobserve(world: Any, run_id: str, observer: Any) -> None:
+    with _registry_guard:
+        observers = _observers.get(_key(world, run_id))
+        if observers is not None:
+            observers.discard(observer)
+            if not observers:
+                del _observers[_key(world, run_id)]
+
+
+def announce(world: Any, run_id: str) -> None:
+    """Wake the observers of `run_id` in this process (cheap when there are none)."""
+    if not _observers:
+        return
+    with _registry_guard:
+        observers = list(_observers.get(_key(world, run_id), ()))
+    for observer in observers:
+        observer.notify()
 
 
 class RunWatch:
@@ -119,7 +161,8 @@ class RunWatch:
         if self._stopped:
             return
         self.refresh()
-        if self.cancel_requested and not self.cancel_issued and self.task is not None:
+        stop = self.cancel_requested or self.ctx.superseded is not None
+        if stop and not self.cancel_issued and self.task is not None:
             # Interrupts whatever the run awaits: a sleep, a wait, async steps in flight.
             self.cancel_issued = True
             self.task.cancel()
@@ -147,6 +190,8 @@ class RunWatch:
         the run here. Works even when the workflow never yields to the event loop."""
         if self._notified.is_set() or time.monotonic() - self._last_poll >= POLL_SECONDS:
             self.refresh()
+        if self.ctx.superseded is not None:
+            self.ctx.check_fence()  # another execution started after this one: stop here
         if self.cancel_requested:
             raise asyncio.CancelledError()
 
@@ -173,14 +218,60 @@ def requested_reason(log: Any) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
+def request_sub_run_cancels(world: Any, log: Any, reason: str) -> None:
+    """Ask every sub-run `log` started and did not see finish to cancel
+    (`run.cancel_requested`; whoever executes it next ends it cancelled). Idempotent:
+    a sub-run finished or already asked is left alone."""
+    for sub in list(log.sub_runs.values()):
+        sub_id = sub.get("subRunId")
+        if sub.get("status") == "succeeded" or not isinstance(sub_id, str):
+            continue
+        try:
+            sub_log = RunLog.fold(sub_id, world.list_events(sub_id))
+            if sub_log.created is None or sub_log.status in TERMINAL_STATUSES \
+                    or sub_log.cancel_requested is not None:
+                continue
+            world.append_event(sub_id, "run.cancel_requested", {"reason": reason})
+        except LittleWorkflowError:
+            continue  # finished meanwhile, or deleted: nothing left to cancel
+        notify_run(world, sub_id)
+
+
+async def end_cancelled(ctx: Any) -> None:
+    """Append `run.cancelled` — after asking the run's unfinished sub-runs to cancel, so
+    that a process killed in between leaves a run whose next executor asks again, never
+    a cancelled run with a sub-run nobody will stop."""
+    reason = requested_reason(ctx.log)
+    world = ctx.world
+    if ctx.log.sub_runs:
+        why = f"parent run {ctx.run_id} was cancelled" + (f": {reason}" if reason else "")
+        if world.blocking and not may_block_loop():
+            await asyncio.to_thread(request_sub_run_cancels, world, ctx.log, why)
+        else:
+            request_sub_run_cancels(world, ctx.log, why)
+    await ctx.append("run.cancelled", {"reason": reason})
+
+
 async def cancelled_on_entry(ctx: Any) -> None:
     """A cancelled run never runs again; a requested cancellation ends it here."""
     log = ctx.log
     if log.status == "cancelled":
         raise RunCancelledError(ctx.run_id, requested_reason(log))
     if log.cancel_requested is not None:
-        await ctx.append("run.cancelled", {"reason": requested_reason(log)})
+        await end_cancelled(ctx)
         raise RunCancelledError(ctx.run_id, requested_reason(log))
+
+
+def stop_if_superseded(ctx: Any) -> None:
+    """The run stopped (CancelledError): if the watch stopped it because another execution
+    started after this one, that is the answer — LeaseLostError, nothing appended."""
+    watch = ctx.watch
+    if ctx.superseded is None:
+        return
+    if watch is not None and watch.cancel_issued and watch.task is not None:
+        watch.task.uncancel()  # this cancellation was ours
+        watch.cancel_issued = False
+    ctx.check_fence()
 
 
 async def finish_if_cancelled(ctx: Any) -> None:
@@ -195,5 +286,5 @@ async def finish_if_cancelled(ctx: Any) -> None:
         watch.task.uncancel()  # this cancellation was ours and is handled here
         watch.cancel_issued = False
     if ctx.log.status != "cancelled":  # else the canceller ended it (it held no lock)
-        await ctx.append("run.cancelled", {"reason": requested_reason(ctx.log)})
+        await end_cancelled(ctx)
     raise RunCancelledError(ctx.run_id, requested_reason(ctx.log))

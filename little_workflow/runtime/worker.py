@@ -8,7 +8,8 @@ any number of workers (threads or processes) from running one run twice at once:
 whose lock is held (`RunLockedError`), or that cannot run here for another reason (its
 input no longer validates, its storage failed), is tried again after a capped
 exponential backoff (see retry.py), reported once when it becomes blocked and once when
-it runs again.
+it runs again. A run this worker's code may not run (pinned to another version, or its log
+diverges from the code: DESIGN §15) is left alone and reported once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ import threading
 import time
 from typing import Any, Iterable
 
-from ..errors import LittleWorkflowError, RunCancelledError, RunLockedError, WorkflowFailedError
+from ..errors import (
+    LittleWorkflowError,
+    ReplayDivergenceError,
+    RunCancelledError,
+    RunLockedError,
+    WorkflowFailedError,
+    WorkflowVersionError,
+)
 from ..world.clock import from_iso
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .loops import own
@@ -129,6 +137,9 @@ class Worker:
                 # Remembered as finished only while the entry stays: once it is gone,
                 # the same id listed again is a new run (deleted and created again).
                 self._logs.pop(run_id, None)
+                if run_id not in self._finished and self.world.catalogue is not None:
+                    # It may also have died before the run's summary caught up: settle it.
+                    self.world.catalogue.settle(run_id)
                 if not self._unindex(run_id):
                     self._finished.add(run_id)
                 continue
@@ -201,6 +212,9 @@ class Worker:
         except (WorkflowFailedError, RunCancelledError) as e:
             self._backoff.ran(run_id)
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
+        except (WorkflowVersionError, ReplayDivergenceError) as e:
+            # This code may not run it, now or later: left to other code (DESIGN §15).
+            self._backoff.refused(run_id, e, last_sequence)
         except LittleWorkflowError as e:
             # Not run (its lock is held, its input no longer validates, the storage
             # failed): still unfinished, tried again after a backoff.
@@ -239,7 +253,11 @@ class Worker:
             fut = self._pool.submit(self._execute, run_id, wf, self._input(run_log),
                                     run_log.last_sequence)
             self._in_flight[run_id] = fut
-            fut.add_done_callback(lambda _f, rid=run_id: self._done(rid))
+
+            def finished(_future: Any, rid: str = run_id) -> None:
+                self._done(rid)
+
+            fut.add_done_callback(finished)
             started += 1
         return started
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Protocol, TypeVar
 
 from ..errors import SchemaValidationError
 from ..world.ids import content_hash, validate_name, workflow_version_id
 
 if TYPE_CHECKING:
     import jsonschema
-    from pydantic import BaseModel
 
 WorkflowFn = Callable[..., Awaitable[Any]]
 
@@ -25,7 +24,6 @@ In = TypeVar("In")
 Out = TypeVar("Out", covariant=True)
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
-M = TypeVar("M", bound="BaseModel")
 
 
 def _validator(schema: dict[str, Any] | None, what: str) -> "jsonschema.Draft7Validator | None":
@@ -58,12 +56,12 @@ class Workflow(Generic[In, Out]):
     """A workflow definition made by `@workflow`. Call `run_workflow(wf, input)`.
 
     For type checkers it is `Workflow[In, Out]`: `async def f(ctx, input: In) -> Out`.
-    A run's output is JSON, so a workflow returning a pydantic model is a
-    `Workflow[In, dict[str, Any]]` (the model is dumped in JSON mode)."""
+    The run stores its input and output as JSON and gives them back typed by those
+    annotations (DESIGN §16): a workflow returning a pydantic model returns that model."""
 
     id: str
     fn: Callable[[AnyContext, In], Awaitable[Out]]
-    version: str = "1"
+    version: str | None = None
     input_schema: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
     skills: dict[str, str] = field(default_factory=dict)
@@ -74,6 +72,12 @@ class Workflow(Generic[In, Out]):
     @property
     def version_id(self) -> str:
         return workflow_version_id(self.definition_hash)
+
+    @property
+    def code_version(self) -> str:
+        """The version runs of this code are pinned to (recorded in `run.created`):
+        `version` when the decorator was given one, else the definition hash."""
+        return self.version if self.version is not None else self.definition_hash
 
     def validate_input(self, value: Any) -> None:
         validate_against(self._input_validator, value, f"input of workflow {self.id!r}")
@@ -105,14 +109,8 @@ def _source_of(fn: Callable[..., Any]) -> str:
 
 class WorkflowDecorator(Protocol):
     """What `workflow(...)` returns: `async def f(ctx, input: X) -> Y` becomes a
-    `Workflow[X, Y]`; a `Workflow[X, dict[str, Any]]` when Y is a pydantic model, since a
-    run's output is the model's JSON."""
+    `Workflow[X, Y]` (a pydantic model Y stays Y: values keep their types)."""
 
-    @overload
-    def __call__(self, fn: Callable[[AnyContext, InputT], Awaitable[M]], /  # type: ignore[overload-overlap]
-                 ) -> Workflow[InputT, dict[str, Any]]: ...
-
-    @overload
     def __call__(self, fn: Callable[[AnyContext, InputT], Awaitable[OutputT]], /
                  ) -> Workflow[InputT, OutputT]: ...
 
@@ -122,10 +120,15 @@ def workflow(
     *,
     input_schema: dict[str, Any] | None = None,
     output_schema: dict[str, Any] | None = None,
-    version: str = "1",
+    version: str | None = None,
     skills: dict[str, str] | None = None,
 ) -> WorkflowDecorator:
-    """Declare an `async def fn(ctx, input)` as a durable workflow."""
+    """Declare an `async def fn(ctx, input)` as a durable workflow.
+
+    A run is pinned to the version of the code that created it: `version` when given,
+    else the definition hash (the source, schemas and skills). Other code may not resume
+    it (`WorkflowVersionError`): give it the run's `version=` to declare that it continues
+    those runs, or fork the run onto it (`fork_run`)."""
 
     def decorate(fn: WorkflowFn) -> Workflow[Any, Any]:
         if not inspect.iscoroutinefunction(fn):
@@ -141,7 +144,9 @@ def workflow(
         definition_hash = content_hash(
             {
                 "workflowId": workflow_id,
-                "version": version,
+                # "1" was the default before runs were pinned: hashing an unversioned
+                # definition as before keeps the runs it created resumable after an upgrade.
+                "version": "1" if version is None else str(version),
                 "inputSchema": input_schema,
                 "outputSchema": output_schema,
                 "skills": skill_map,
@@ -151,7 +156,7 @@ def workflow(
         return Workflow(
             id=workflow_id,
             fn=fn,
-            version=str(version),
+            version=None if version is None else str(version),
             input_schema=input_schema,
             output_schema=output_schema,
             skills=skill_map,
@@ -160,4 +165,4 @@ def workflow(
             _output_validator=_validator(output_schema, f"output of {workflow_id!r}"),
         )
 
-    return decorate  # type: ignore[return-value]  # one function serves both overloads
+    return decorate  # type: ignore[return-value]  # typed by WorkflowDecorator

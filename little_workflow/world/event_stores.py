@@ -12,18 +12,16 @@ import re
 import sqlite3
 import threading
 import time
+import urllib.parse
+import uuid
 from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
 from ..errors import StorageDamagedError, StorageError
-from .catalogue import (
-    FileCatalogue,
-    SqliteCatalogue,
-    StoreCatalogue,
-    SummaryTracker,
-    changes_status,
-)
+from .catalogue import SqliteCatalogue, StoreCatalogue, SummaryTracker, changes_status
+from .file_catalogue import FileCatalogue
 from .ids import RUN_ID_RE
+from .posix import REAL_POSIX
 from .publish import Publisher
 from .storage_errors import DAMAGED_HINT, sqlite_storage_error, storage_error
 
@@ -82,6 +80,7 @@ class EventStore(ABC):
         at once, so publication stays in order (file stores: readers probe sequences
         upward, and N+1 must never be visible before N). `change`: what the event
         changes in the run's catalogue summary (`catalogue.summary_change`)."""
+        self.publishing(run_id, sequence, change)
         if self.publish_if_absent(run_id, sequence, data, durable=durable,
                                   idempotency_key=idempotency_key):
             self.published(run_id, sequence, change, durable)
@@ -92,6 +91,10 @@ class EventStore(ABC):
 
     def wait_for(self, pending: PendingAppend) -> None:
         """Block until `pending` is settled (stores that commit later)."""
+        return None
+
+    def publishing(self, run_id: str, sequence: int, change: tuple | None) -> None:
+        """Before event `sequence` is published: prepare the run catalogue (file stores)."""
         return None
 
     def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
@@ -140,7 +143,7 @@ class FileEventStore(EventStore):
     def __init__(self, publisher: Publisher, root: str):
         self.publisher = publisher
         self.root = root
-        self.catalogue = FileCatalogue(publisher, root, self.read_after)
+        self.catalogue = FileCatalogue(publisher, root, self)
         self.blocking = publisher.blocking
         self.description = f"{type(publisher.fs).__name__} at {root}/events"
         # Object stores answer one listing faster than N probes; elsewhere a probe by name
@@ -149,6 +152,9 @@ class FileEventStore(EventStore):
 
     def run_dir(self, run_id: str) -> str:
         return f"{self.root}/events/{run_id}"
+
+    def publishing(self, run_id: str, sequence: int, change: tuple | None) -> None:
+        self.catalogue.intend(run_id, sequence, change)
 
     def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
         self.catalogue.note(run_id, sequence, change, durable)
@@ -241,6 +247,16 @@ class FileEventStore(EventStore):
         )
 
 
+EVENTS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS events ("
+    " run_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
+    " idempotency_key TEXT, envelope TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, sequence)) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key"
+    " ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
+)
+
+
 class SqliteEventStore(EventStore):
     """SQLite in WAL mode, `PRIMARY KEY (run_id, sequence)`, durable commits
     (`synchronous=FULL`; `NORMAL` only for a batch of `durable=False` appends, never
@@ -251,9 +267,10 @@ class SqliteEventStore(EventStore):
 
     checks_predecessor = True
 
-    def __init__(self, db_path: str):
+    def __init__(self, db_path: str, *, read_only: bool = False):
         self.db_path = db_path
         self.description = f"SQLite {db_path}"
+        self.read_only = read_only
         self._lock = threading.Lock()
         self._closed = False
         self._wal_prefilled = False
@@ -276,14 +293,19 @@ class SqliteEventStore(EventStore):
         self.catalogue = StoreCatalogue(self)
         #: What this process folded of each run since writing its summary (catalogue.py).
         self.summaries = SummaryTracker()
+        refuse_empty_file(db_path)
+        if read_only:
+            self._conn = connect_read_only(db_path)
+        else:
+            create_atomically(db_path)
+            try:
+                self._conn = sqlite3.connect(
+                    db_path, timeout=30.0, isolation_level=None, check_same_thread=False
+                )
+            except sqlite3.Error as e:
+                raise sqlite_storage_error(db_path, e) from None
         try:
-            self._conn = sqlite3.connect(
-                db_path, timeout=30.0, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as e:
-            raise sqlite_storage_error(db_path, e) from None
-        try:
-            self._retrying(self._setup)
+            self._retrying(self._setup_read_only if read_only else self._setup)
         except BaseException:
             self._closed = True
             self._conn.close()
@@ -300,18 +322,20 @@ class SqliteEventStore(EventStore):
             raise StorageError(self.db_path, "SQLite could not switch it to WAL mode",
                                "is the data dir on a filesystem without shared memory?")
         self._set_synchronous(True)
-        c.execute(
-            "CREATE TABLE IF NOT EXISTS events ("
-            " run_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
-            " idempotency_key TEXT, envelope TEXT NOT NULL,"
-            " PRIMARY KEY (run_id, sequence)) WITHOUT ROWID"
-        )
-        c.execute(
-            "CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key"
-            " ON events (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL"
-        )
+        for statement in EVENTS_SCHEMA:
+            c.execute(statement)
         self._check_pages()
         self.catalogue_needs_build = SqliteCatalogue.create_schema(c)
+
+    def _setup_read_only(self) -> None:
+        c = self._conn
+        c.execute("PRAGMA busy_timeout=30000")
+        if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+                     ).fetchone() is None:
+            raise StorageError(self.db_path, "SQLite: not a local_world event store (it has no "
+                               "events table)", "give the data dir a World wrote")
+        self._check_pages()
+        self.catalogue_needs_build = SqliteCatalogue.needs_build(c)
 
     def _check_pages(self) -> None:
         """Refuse a damaged store before anything is written into it. SQLite finds a bad
@@ -663,3 +687,95 @@ class SqliteEventStore(EventStore):
                 pass  # closing anyway; the commits themselves were already made
             finally:
                 self._conn.close()
+
+
+def refuse_empty_file(db_path: str) -> None:
+    """A 0-byte events.db is not an empty World: local_world never leaves one (it makes
+    the file whole under a temporary name first), so something cut it short — a copy, a
+    full disk, a truncation. SQLite would take it for a new database and write into it."""
+    try:
+        size = os.stat(db_path).st_size
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise storage_error(e, db_path) from None
+    if size == 0:
+        raise StorageDamagedError(db_path, "SQLite: the file is empty (0 bytes): damaged, not a store "
+                           "local_world wrote", "restore it from a backup, or remove it (and its "
+                           "-wal and -shm files) to start an empty World there")
+
+
+def create_atomically(db_path: str) -> None:
+    """Make events.db, if it is missing, whole before it has its name: an empty World's
+    database (WAL mode, its tables) built under a temporary name, synced, then linked into
+    place (no replace: a concurrent creator's file wins) and the folder synced. A crash
+    leaves a temporary file, never a 0-byte or half-made events.db."""
+    if os.path.exists(db_path):
+        return
+    folder = os.path.dirname(db_path)
+    temp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}-{os.path.basename(db_path)}")
+    try:
+        conn = sqlite3.connect(temp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            for statement in EVENTS_SCHEMA:
+                conn.execute(statement)
+            SqliteCatalogue.create_schema(conn)
+        finally:
+            conn.close()  # a clean close folds the WAL back and removes it
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, db_path)
+        except FileExistsError:
+            pass
+        REAL_POSIX.fsync_dir(folder)
+    except sqlite3.Error as e:
+        raise sqlite_storage_error(db_path, e) from None
+    except OSError as e:
+        raise storage_error(e, db_path) from None
+    finally:
+        for leftover in (temp, temp + "-wal", temp + "-shm"):
+            try:
+                os.unlink(leftover)
+            except FileNotFoundError:
+                pass
+
+
+def connect_read_only(db_path: str) -> sqlite3.Connection:
+    """A connection that cannot write, for a World opened read-only. SQLite opens a WAL
+    database read-only only when its -wal and -shm files exist or can be made; on a
+    read-only filesystem with no -wal (the last writer closed cleanly, so every event is
+    in events.db) the file is opened as immutable, which needs neither."""
+    def connect(options: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(db_path)}?{options}", uri=True,
+                               timeout=30.0, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
+
+    if not os.path.exists(db_path):
+        raise StorageError(db_path, "no such file: nothing was written there yet",
+                           "give the data dir a World wrote")
+    try:
+        return connect("mode=ro")
+    except sqlite3.OperationalError as e:
+        if getattr(e, "sqlite_errorname", "") != "SQLITE_CANTOPEN":
+            raise sqlite_storage_error(db_path, e) from None
+        if os.path.exists(db_path + "-wal"):
+            raise StorageError(db_path, "SQLite cannot open its -wal file read-only without "
+                               "its -shm file", "copy the data dir somewhere writable and "
+                               "read the copy (the -wal holds events not in events.db)") from None
+    except sqlite3.Error as e:
+        raise sqlite_storage_error(db_path, e) from None
+    try:
+        return connect("mode=ro&immutable=1")
+    except sqlite3.Error as e:
+        raise sqlite_storage_error(db_path, e) from None

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import weakref
+from typing import Any
 
+from ..errors import CatalogueNotBuiltError, StoragePermissionError, StorageReadOnlyError
 from .clock import Clock
 from .core import World
 from .event_stores import SqliteEventStore
-from .locks import DirectoryLocks
+from .locks import DirectoryLocks, ReadOnlyLocks
 from .posix import REAL_POSIX
-from .publish import LocalPublisher
+from .publish import LocalPublisher, ReadOnlyPublisher
 from .shared_state import storage_state_for
 from .storage_errors import storage_error
 
@@ -22,6 +24,7 @@ def local_world(
     max_concurrent_steps: int | None = None,
     *,
     clock: Clock | None = None,
+    read_only: bool = False,
 ) -> World:
     """The embedded default World: events in SQLite (WAL, `synchronous=FULL`) at
     `<data_dir>/events/events.db`, artifacts, scratch and memory as files under
@@ -33,10 +36,23 @@ def local_world(
     pass `lw.testing.FakeClock`). Call `close()` when done, or use it as a context manager
     (`with lw.local_world("data") as world: ...`); Worlds over one data dir in a process
     share one SQLite connection, closed with the last of them. Raises `StorageError`
-    naming the path when the dir cannot be created or is not writable."""
+    naming the path when the dir cannot be created or is not writable.
+
+    `read_only=True` opens an existing data dir for reading only — on a read-only mount
+    or snapshot too: nothing is created or written (every write raises `StorageError`),
+    and runs, events, artifacts and the catalogue read as usual."""
     from fsspec.implementations.local import LocalFileSystem
 
     root = os.path.abspath(os.fspath(data_dir))
+    if read_only:
+        return _open_read_only(root, max_concurrent_steps, clock, LocalFileSystem())
+    if os.path.isdir(root) and not os.access(root, os.W_OK):
+        on_read_only_fs = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+        cls = StorageReadOnlyError if on_read_only_fs else StoragePermissionError
+        raise cls(os.path.join(root, "events", "events.db"), "the data dir is read-only (" + (
+            "a read-only filesystem" if on_read_only_fs else "no permission to write") + ")",
+            "local_world(data_dir, read_only=True) reads it, as do the little commands that "
+            "only read (runs, events, replay, verify, inspect, artifacts)")
     for sub in LAYOUT_DIRS:
         try:
             # Each new directory fsynced into its parent: events.db and every published
@@ -73,4 +89,37 @@ def local_world(
         return world
     except BaseException:
         state.closed()  # no World took the count
+        raise
+
+
+def _open_read_only(root: str, max_concurrent_steps: int | None, clock: Clock | None,
+                    fs: Any) -> World:
+    db_path = os.path.join(root, "events", "events.db")
+    state = storage_state_for(fs, root, local_dir=root)
+    try:
+        # Its own connection, not a writer's (which a World of this process may share).
+        with state.lock:
+            store = state.resources.get("sqlite-read-only")
+            if store is None or store.closed:
+                store = state.resources["sqlite-read-only"] = SqliteEventStore(
+                    db_path, read_only=True)
+                state.closers.append(store.close)
+                weakref.finalize(state, store.close)
+        if store.catalogue_needs_build:
+            raise CatalogueNotBuiltError(db_path)
+        return World(
+            kind="local",
+            files=fs,
+            data_dir=root,
+            events=store,
+            publisher=ReadOnlyPublisher(LocalPublisher(fs)),
+            state=state,
+            cross_process_locks=ReadOnlyLocks(os.path.join(root, "locks")),
+            max_concurrent_steps=max_concurrent_steps,
+            host_sources_allowed=True,
+            clock=clock,
+            read_only=True,
+        )
+    except BaseException:
+        state.closed()
         raise

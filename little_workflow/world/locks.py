@@ -22,6 +22,7 @@ from typing import Iterator, Protocol
 from ..errors import RunLockedError
 from .ids import utc_now_iso
 from .shared_state import StorageState
+from .storage_errors import read_only_error
 
 OWNERLESS_GRACE_SECONDS = 30.0
 
@@ -132,6 +133,21 @@ def owner_state(owner: dict) -> str:
     return "alive"
 
 
+def directory_lock_holder(locks_dir: str, name: str) -> str:
+    """Who holds the directory lock `name` (local_world): "none" when it is not held, else
+    `owner_state` of its owner — "self", "alive", "dead" (a killed process's lock, taken
+    over by the next one to ask) or "unknown" (another host, or no readable owner yet)."""
+    lock_dir = os.path.join(locks_dir, name)
+    if not os.path.isdir(lock_dir):
+        return "none"
+    try:
+        with open(os.path.join(lock_dir, "owner.json"), "rb") as f:
+            owner = json.load(f)
+    except (OSError, ValueError):
+        return "unknown"
+    return owner_state(owner) if isinstance(owner, dict) else "unknown"
+
+
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -147,6 +163,19 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(b") ", 1)[1][:1] != b"Z"
     except (OSError, IndexError):
         return True
+
+
+class ReadOnlyLocks:
+    """The locks of a World opened read-only: taking one is a write, refused."""
+
+    def __init__(self, locks_dir: str):
+        self.locks_dir = locks_dir
+
+    def acquire(self, name: str, label: str) -> str:
+        raise read_only_error(self.locks_dir)
+
+    def release(self, name: str, token: str) -> None:
+        return None
 
 
 class DirectoryLocks:

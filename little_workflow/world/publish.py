@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from .identity import object_lock
 from .posix import REAL_POSIX, Posix
 from .shared_state import BoundedSet
+from .storage_errors import read_only_error
 
 TEMP_PREFIX = ".tmp-"
 #: What removing a folder that still holds something fails with: POSIX says ENOTEMPTY or
@@ -79,6 +80,17 @@ class Publisher(ABC):
 
     def sync(self) -> None:
         """Make every earlier non-durable publication durable (default: nothing to do)."""
+        return None
+
+    def make_durable(self, folder: str) -> None:
+        """Make the names in `folder` durable, whoever published them (another process's
+        non-durable events): default, nothing to do."""
+        return None
+
+    def cross_process_locks(self, root: str) -> Any:
+        """The run locks (and outer-loop fences) of a World rooted at `root` across
+        processes, or None where this backend has none: run locks then hold within the
+        process only (the README's backend tables say which have them)."""
         return None
 
     def list_names(self, path: str) -> list[str]:
@@ -197,6 +209,15 @@ class LocalPublisher(Publisher):
                 self._unsynced_dirs.add(directory)
         return True
 
+    def cross_process_locks(self, root: str) -> Any:
+        """Kernel locks on `<root>/locks/` (kernel_locks.py) — on the real disk only, not
+        under a model of one (the power-cut layer of the tests)."""
+        if self.posix is not REAL_POSIX:
+            return None
+        from .kernel_locks import KernelLocks
+
+        return KernelLocks(os.path.join(os.path.normpath(root), "locks"))
+
     def sync(self) -> None:
         with self._unsynced_lock:
             pending, self._unsynced_dirs = self._unsynced_dirs, set()
@@ -210,6 +231,10 @@ class LocalPublisher(Publisher):
                 with self._unsynced_lock:  # not synced: still owed
                     self._unsynced_dirs.update(ordered[i:])
                 raise
+
+    def make_durable(self, folder: str) -> None:
+        # File contents are synced before their names appear: the folder's fsync is all.
+        self._fsync_dir_if_present(folder)
 
     def _fsync_dir_if_present(self, directory: str) -> None:
         try:
@@ -431,6 +456,14 @@ class DelegatingPublisher(Publisher):
         if callable(getattr(self.fs, "sync", None)):
             self.fs.sync()
 
+    def make_durable(self, folder: str) -> None:
+        if callable(getattr(self.fs, "make_durable", None)):
+            self.fs.make_durable(folder)
+
+    def cross_process_locks(self, root: str) -> Any:
+        locks = getattr(self.fs, "cross_process_locks", None)
+        return locks(root) if callable(locks) else None
+
 
 class PrefixedPublisher(Publisher):
     """fsspec DirFileSystem: the inner filesystem's publisher on joined paths."""
@@ -473,6 +506,12 @@ class PrefixedPublisher(Publisher):
     def sync(self) -> None:
         self.inner.sync()
 
+    def make_durable(self, folder: str) -> None:
+        self.inner.make_durable(self._join(folder))
+
+    def cross_process_locks(self, root: str) -> Any:
+        return self.inner.cross_process_locks(self._join(root))
+
     def remove(self, path: str, *, durable: bool = True) -> bool:
         return self.inner.remove(self._join(path), durable=durable)
 
@@ -481,6 +520,51 @@ class PrefixedPublisher(Publisher):
 
     def info(self, path: str) -> dict[str, Any] | None:
         return self.inner.info(self._join(path))
+
+
+class ReadOnlyPublisher(Publisher):
+    """Another publisher's reads; every write refused with a StorageError naming the
+    path (a World opened read-only: a read-only mount, a snapshot)."""
+
+    def __init__(self, inner: Publisher):
+        self.fs, self.inner = inner.fs, inner
+        self.blocking = inner.blocking
+        self.atomic_publication = inner.atomic_publication
+        self.multi_writer = inner.multi_writer
+
+    def publish_if_absent(self, path: str, data: bytes, *, durable: bool = True) -> bool:
+        raise read_only_error(path)
+
+    def replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        raise read_only_error(path)
+
+    def write_temp_then_move(self, path: str, data: bytes) -> None:
+        raise read_only_error(path)
+
+    def ensure_dir(self, path: str, *, durable: bool = True) -> None:
+        raise read_only_error(path)
+
+    def remove(self, path: str, *, durable: bool = True) -> bool:
+        raise read_only_error(path)
+
+    def remove_dir(self, path: str, *, durable: bool = True) -> bool:
+        raise read_only_error(path)
+
+    def read(self, path: str) -> bytes | None:
+        return self.inner.read(path)
+
+    def list_names(self, path: str) -> list[str]:
+        return self.inner.list_names(path)
+
+    def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:
+        return self.inner.list_page(path, start_after, limit)
+
+    @property
+    def empty_folders_stay(self) -> bool:  # type: ignore[override]
+        return self.inner.empty_folders_stay
+
+    def info(self, path: str) -> dict[str, Any] | None:
+        return self.inner.info(path)
 
 
 # Publishers for other filesystems plug in by protocol: `register_publisher(...)` at

@@ -9,9 +9,10 @@ reused id starts a fresh run and never sees old records.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import DocumentCorruptError
+from .files import WorldFiles
 from .ids import utc_now_iso
 
 TOMBSTONE_DIR = "gc"
@@ -21,18 +22,18 @@ def tombstone_path(run_id: str) -> str:
     return f"{TOMBSTONE_DIR}/{run_id}.json"
 
 
-def marked_runs(world: Any) -> list[str]:
+def marked_runs(files: WorldFiles) -> list[str]:
     """Run ids with a tombstone: deletions begun and not finished."""
-    return [n[:-5] for n in world.list_dir(TOMBSTONE_DIR) if n.endswith(".json")]
+    return [n[:-5] for n in files.list_dir(TOMBSTONE_DIR) if n.endswith(".json")]
 
 
-def is_marked(world: Any, run_id: str) -> bool:
-    return world.read_file(tombstone_path(run_id)) is not None
+def is_marked(files: WorldFiles, run_id: str) -> bool:
+    return files.read_file(tombstone_path(run_id)) is not None
 
 
-def mark_for_deletion(world: Any, run_id: str, artifact_ids: list[str]) -> None:
+def mark_for_deletion(files: WorldFiles, run_id: str, artifact_ids: list[str]) -> None:
     """Write the tombstone (atomically replaced, durable) before anything is removed."""
-    world.write_document(tombstone_path(run_id), {
+    files.write_document(tombstone_path(run_id), {
         "runId": run_id, "markedAt": utc_now_iso(), "artifactIds": sorted(artifact_ids),
     })
 
@@ -45,65 +46,55 @@ def artifacts_by_run(world: Any) -> dict[str, list[str]]:
     return out
 
 
-def finish_deletion(world: Any, run_id: str) -> int:
-    """Remove what the tombstone of `run_id` names, then the tombstone; the bytes freed.
-    Every step is idempotent, so finishing twice, or after a crash, is harmless."""
-    doc = world.read_document(tombstone_path(run_id))
+def finish_deletion(files: WorldFiles, run_id: str, *, forget_artifact: Callable[[str], None],
+                    remove_log: Callable[[str], int]) -> int:
+    """Remove what the tombstone of `run_id` names — each artifact (then
+    `forget_artifact(id)`), `runs/<runId>/`, then the log (`remove_log(run_id)`, which
+    returns the bytes it freed) — and the tombstone last; the bytes freed. Every step is
+    idempotent, so finishing twice, or after a crash, is harmless."""
+    doc = files.read_document(tombstone_path(run_id))
     if doc is None:
         return 0
     ids = doc.get("artifactIds") if isinstance(doc, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise DocumentCorruptError(world.path(tombstone_path(run_id)),
+        raise DocumentCorruptError(files.path(tombstone_path(run_id)),
                                    "artifactIds is not a list of artifact ids")
     freed = 0
     for aid in ids:
         # The manifest before its blob: no manifest ever points at a missing blob.
-        freed += _remove_file(world, f"artifacts/{aid}.json")
-        freed += _remove_file(world, f"artifacts/blobs/{aid}.bin")
-        world.state.known_artifacts.discard(aid)
-    freed += _remove_tree(world, f"runs/{run_id}")
-    if world.catalogue is not None:
-        world.catalogue.forget(run_id)  # before the log: never a summary without one
-    freed += world.events.delete_run(run_id)
-    # This process forgets the run: a reused id allocates from sequence 1 again (an
-    # append holding the old ledger sees it dropped and takes a fresh one).
-    world.state.forget(run_id, wait=True)
-    world.remove_file(tombstone_path(run_id))
+        freed += _remove_file(files, f"artifacts/{aid}.json")
+        freed += _remove_file(files, f"artifacts/blobs/{aid}.bin")
+        forget_artifact(aid)
+    freed += _remove_tree(files, f"runs/{run_id}")
+    freed += remove_log(run_id)
+    files.remove_file(tombstone_path(run_id))
     return freed
 
 
-def delete_run(world: Any, run_id: str) -> int:
-    """Mark (unless already marked) and delete one run; the bytes freed."""
-    if not is_marked(world, run_id):
-        ids = [m.artifact_id for m in world.list_artifacts(run_id)]
-        mark_for_deletion(world, run_id, ids)
-    return finish_deletion(world, run_id)
-
-
-def _remove_file(world: Any, rel: str) -> int:
-    found = world.file_info(rel)
+def _remove_file(files: WorldFiles, rel: str) -> int:
+    found = files.file_info(rel)
     if found is None or found.get("type") != "file":
         return 0
-    return int(found.get("size") or 0) if world.remove_file(rel) else 0
+    return int(found.get("size") or 0) if files.remove_file(rel) else 0
 
 
-def _remove_tree(world: Any, rel: str) -> int:
+def _remove_tree(files: WorldFiles, rel: str) -> int:
     """A folder and everything under it, files first, deepest first."""
-    found = world.file_info(rel)
+    found = files.file_info(rel)
     if found is None:
         return 0
     if found.get("type") == "file":
-        return _remove_file(world, rel)
-    freed = sum(_remove_tree(world, f"{rel}/{name}") for name in world.list_dir(rel))
-    world.remove_dir(rel)
+        return _remove_file(files, rel)
+    freed = sum(_remove_tree(files, f"{rel}/{name}") for name in files.list_dir(rel))
+    files.remove_dir(rel)
     return freed
 
 
-def tree_size(world: Any, rel: str) -> int:
+def tree_size(files: WorldFiles, rel: str) -> int:
     """Bytes of the files under a folder (what removing it would free)."""
-    found = world.file_info(rel)
+    found = files.file_info(rel)
     if found is None:
         return 0
     if found.get("type") == "file":
         return int(found.get("size") or 0)
-    return sum(tree_size(world, f"{rel}/{name}") for name in world.list_dir(rel))
+    return sum(tree_size(files, f"{rel}/{name}") for name in files.list_dir(rel))

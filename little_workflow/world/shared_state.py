@@ -54,6 +54,15 @@ class RunLedger:
     #: No longer in the storage state: whoever still has it takes the state's ledger again.
     dropped: bool = False
     last_ticket: Any = None  # the last append handed to the store (it may not be committed)
+    #: (sequence, start) of every `run.started` known: the newest fences older executions.
+    starts: list[tuple[int, int]] = field(default_factory=list)
+    newest_start: int = 0  # the highest start in `starts` (0: none)
+
+    def note_start(self, sequence: int, payload: Any) -> None:
+        start = payload.get("start") if isinstance(payload, dict) else None
+        if type(start) is int and (sequence, start) not in self.starts:
+            self.starts.append((sequence, start))
+            self.newest_start = max(self.newest_start, start)
 
     def note(self, sequence: int, key: str | None, digest: str, type_: str) -> None:
         if sequence > self.last_sequence:
@@ -67,6 +76,8 @@ class RunLedger:
     def note_event(self, event: Any) -> None:
         if event.sequence == 1:
             self.first = (event.created_at, event.request_digest)
+        if event.type == "run.started":
+            self.note_start(event.sequence, event.payload)
         self.note(event.sequence, event.append_idempotency_key, event.request_digest, event.type)
 
     def reset(self) -> None:
@@ -75,6 +86,7 @@ class RunLedger:
         self.epoch += 1
         self.loaded, self.last_sequence, self.receipts = False, 0, {}
         self.finished, self.finished_at, self.first = None, 0, None
+        self.starts, self.newest_start = [], 0
 
     def rollback(self, epoch: int, first_lost: int) -> None:
         """Forget appends from `first_lost` on (allocated but never committed), once per
@@ -84,6 +96,8 @@ class RunLedger:
         self.epoch += 1
         self.last_sequence = min(self.last_sequence, first_lost - 1)
         self.receipts = {k: v for k, v in self.receipts.items() if v[0] < first_lost}
+        self.starts = [s for s in self.starts if s[0] < first_lost]
+        self.newest_start = max((start for _, start in self.starts), default=0)
         if self.finished is not None and self.finished_at >= first_lost:
             self.finished, self.finished_at = None, 0
         if first_lost <= 1:

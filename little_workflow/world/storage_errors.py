@@ -49,6 +49,12 @@ def storage_error(e: OSError, path: str) -> StorageError:
     return error
 
 
+def read_only_error(path: str) -> StorageError:
+    """A write asked of a World opened with `local_world(..., read_only=True)`."""
+    return StorageReadOnlyError(path, "the World is open read-only (local_world(..., read_only=True))",
+                        "open it without read_only=True, on a writable data dir, to write")
+
+
 def is_storage_failure(e: BaseException) -> bool:
     """An OSError that is the storage failing (not a missing file, which callers handle)."""
     return isinstance(e, OSError) and not isinstance(

@@ -1,0 +1,112 @@
+"""Files, folders and documents of a World, by path relative to its data dir, over its
+Publisher. Everything the runtime keeps besides events and artifacts — memory files,
+kept plans, workflow versions, outer-loop manifests, scratch folders, bash mounts,
+tombstones — goes through these World methods, so a wrapper (tracing_world) sees every
+read and write."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, Iterator
+
+from ..errors import DocumentCorruptError, WorldPathError
+from .publish import Publisher, is_temp_name
+from .storage_errors import storage_error
+
+
+class WorldFiles:
+    """The file methods of a World (its base class)."""
+
+    def __init__(self, publisher: Publisher, data_dir: str):
+        self.publisher = publisher
+        self.data_dir = data_dir
+
+    def path(self, *parts: str) -> str:
+        return "/".join((self.data_dir.rstrip("/"), *parts))
+
+    def _file_path(self, relative_path: str) -> str:
+        if not isinstance(relative_path, str):
+            raise WorldPathError(f"invalid path {relative_path!r}: a string relative to the data dir")
+        rel = relative_path.strip("/")
+        parts = rel.split("/") if rel else []
+        if any(p in ("", ".", "..") or is_temp_name(p) for p in parts):
+            raise WorldPathError(f"invalid path {relative_path!r}: no empty, '.', '..' or temp segments")
+        return self.path(*parts) if parts else self.data_dir
+
+    def read_file(self, relative_path: str) -> bytes | None:
+        """The bytes of a file, or None when there is none."""
+        return self.publisher.read(self._file_path(relative_path))
+
+    def write_file(self, relative_path: str, data: bytes, *, durable: bool = True) -> None:
+        """Replace a file atomically (readers see the old or the new bytes), creating its
+        folder; durable: file and directory entries synced where the backend can."""
+        path = self._file_path(relative_path)
+        with _storage(path):
+            self.publisher.ensure_dir(path.rsplit("/", 1)[0])
+            self.publisher.replace(path, bytes(data), durable=durable)
+
+    def create_file(self, relative_path: str, data: bytes) -> bool:
+        """Publish a file once: False (and nothing changed) when it already exists."""
+        path = self._file_path(relative_path)
+        with _storage(path):
+            self.publisher.ensure_dir(path.rsplit("/", 1)[0])
+            return self.publisher.publish_if_absent(path, bytes(data))
+
+    def remove_file(self, relative_path: str, *, durable: bool = True) -> bool:
+        """Remove a file; False when there was none. `durable=False`: a power cut may
+        undo the removal (made durable by `sync()`, or by the next durable write there)."""
+        path = self._file_path(relative_path)
+        with _storage(path):
+            return self.publisher.remove(path, durable=durable)
+
+    def remove_dir(self, relative_path: str) -> None:
+        """Remove an empty folder."""
+        path = self._file_path(relative_path)
+        with _storage(path):
+            self.publisher.remove_dir(path)
+
+    def list_dir(self, relative_path: str = "") -> list[str]:
+        """Names directly in a folder (temporary names left out), sorted."""
+        return self.publisher.list_names(self._file_path(relative_path))
+
+    def file_info(self, relative_path: str) -> dict[str, Any] | None:
+        """`{"type": "file" | "directory", "size": n}` or None."""
+        return self.publisher.info(self._file_path(relative_path))
+
+    def ensure_dir(self, relative_path: str) -> None:
+        path = self._file_path(relative_path)
+        with _storage(path):
+            self.publisher.ensure_dir(path)
+
+    def read_document(self, relative_path: str) -> Any | None:
+        raw = self.read_file(relative_path)
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise DocumentCorruptError(self._file_path(relative_path), str(e)) from None
+
+    def write_document(self, relative_path: str, doc: Any) -> None:
+        """Replace a small JSON document atomically (temp, fsync, rename, dir fsync)."""
+        self.write_file(relative_path, _document_bytes(doc))
+
+    def create_document(self, relative_path: str, doc: Any) -> bool:
+        """Publish a JSON document once; False when it already exists."""
+        return self.create_file(relative_path, _document_bytes(doc))
+
+
+@contextlib.contextmanager
+def _storage(path: str) -> Iterator[None]:
+    """The storage failing (disk full, read-only) becomes one StorageError naming the file."""
+    try:
+        yield
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError):
+        raise
+    except OSError as e:
+        raise storage_error(e, path) from None
+
+
+def _document_bytes(doc: Any) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()
