@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -470,3 +471,50 @@ def test_runs_and_the_catalogue_label_thread_owners_and_gc_and_workers_leave_the
         assert out.returncode == 0, out.stderr
         [row] = json.loads(out.stdout)
         assert (row["runId"], row["workflowId"], row["status"]) == (owner, "langgraph", "unknown")
+
+
+@pytest.mark.parametrize("kind", ["local_world", "local-file"])
+def test_little_runs_and_the_ui_show_threads_as_threads(kind: str, tmp_path: Any, request: Any) -> None:
+    """A thread's row says what it is — its thread id, how many checkpoints it holds, the
+    node that ran last — in `little runs` (table and --json) and the UI's runs list."""
+    from little_workflow.ops.ui import RunsIndex
+
+    g = StateGraph(Fan)
+    g.add_node("plan", lambda s: {"items": [1, 2]})
+    g.add_node("sum_up", lambda s: {"results": [sum(s["items"])]})
+    g.add_edge(START, "plan")
+    g.add_edge("plan", "sum_up")
+    g.add_edge("sum_up", END)
+    maker = WorldMaker(kind, tmp_path, request)
+    with maker() as world:
+        graph = g.compile(checkpointer=WorldCheckpointSaver(world))
+        graph.invoke({"items": []}, {"configurable": {"thread_id": "chat-7"}})
+        owner = thread_owner_run_id("chat-7")
+        thread = {"threadId": "chat-7", "checkpoints": 4, "lastNode": "sum_up"}
+        [ui_row] = RunsIndex(world).summaries()[0]
+        assert (ui_row["runId"], ui_row["thread"]) == (owner, thread)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    where = ["--data-dir" if kind == "local_world" else "--world", maker.data_dir]
+    listed = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", "--json", *where],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    [row] = json.loads(listed.stdout)
+    assert (row["runId"], row["thread"]) == (owner, thread)
+    table = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", *where],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    [line] = [x for x in table.stdout.splitlines() if owner in x]
+    assert "thread chat-7: 4 checkpoints, last node sum_up" in line, line
+    # `little ui`'s runs list, as a browser draws it.
+    from browser import dump_dom
+
+    ui = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "ui", "--port", "0", *where],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+/", ui.stdout.readline() if ui.stdout else "")
+        assert url, ui.stderr.read() if ui.stderr else ""
+        [cell] = dump_dom(url.group(0)).find_all(data_thread_id="chat-7")
+        assert cell.text() == "thread chat-7: 4 checkpoints, last node sum_up"
+    finally:
+        ui.terminate()
+        ui.wait(timeout=10)

@@ -1140,3 +1140,44 @@ class Copy:
 def copy_records(threads: Threads, src: Thread, dst: Thread) -> None:
     """Copy every checkpoint of `src` (with writes and values) into `dst`."""
     Copy(threads, src, dst).run(threads.sources(src), set())
+
+
+# --- what `little runs` and `little ui` show of a thread -------------------------------------
+
+def describe_thread(world: Any, run_id: str) -> dict[str, Any] | None:
+    """A thread owner run as a thread: its thread id, how many checkpoints its root graph
+    holds, and the node(s) that ran in the step its newest checkpoint records (None when
+    that is not known: the input checkpoint, or writes stored by another process). None
+    for a run that owns no thread. Reads the thread's document, its index and one record."""
+    threads = Threads(world, "events" if getattr(world, "kind", "") == "local" else "files")
+    doc = world.read_document(threads.doc_path(run_id))
+    if not isinstance(doc, dict) or not isinstance(doc.get("threadId"), str):
+        return None
+    th = threads.find(doc["threadId"], fresh=True)
+    if th is None:
+        return None
+    sources = threads.sources(th)
+    count = len({e.id for src in sources for e in src.entries(th, "")})
+    heads = [s for s in (src.head(th, "") for src in sources) if s is not None]
+    head = max(heads, key=lambda s: s.id) if heads else None
+    nodes = last_nodes(head.record) if head is not None else []
+    return {"threadId": th.thread_id, "checkpoints": count,
+            "lastNode": ", ".join(nodes) if nodes else None}
+
+
+def last_nodes(record: dict[str, Any]) -> list[str]:
+    """The node(s) whose run a checkpoint record was the first to include: those that saw
+    the newest channel versions (`versions_seen`, which LangGraph moves on for each node that
+    finishes). Read without LangGraph's serializer: the checkpoint body is plain msgpack."""
+    body = record.get("c")
+    if not isinstance(body, list) or len(body) != 2 or body[0] != "msgpack":
+        return []  # the first layout's record, or another serializer's
+    seen = ormsgpack.unpackb(bytes(body[1])).get("versions_seen") or {}
+    newest: dict[str, Any] = {}
+    for node, versions in seen.items():
+        if not node.startswith("__") and isinstance(versions, dict) and versions:
+            newest[node] = max(versions.values())
+    if not newest:
+        return []
+    top = max(newest.values())
+    return sorted(n for n, v in newest.items() if v == top)

@@ -377,7 +377,12 @@
       el("td", {}, el("a", { href: runHref(r.runId) }, r.runId)), el("td", {}, badge(r.status)),
       el("td", {}, r.workflowId || "–"), el("td", {}, fmtTime(r.startedAt)),
       el("td", {}, fmtDur(r.durationSeconds)), el("td", {}, String(r.steps)),
-      el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
+      r.thread
+        // A LangGraph thread is no run: it holds checkpoints, and never waits.
+        ? el("td", { class: "thread", "data-thread-id": r.thread.threadId }, "thread " + r.thread.threadId + ": " +
+            r.thread.checkpoints + (r.thread.checkpoints === 1 ? " checkpoint" : " checkpoints") +
+            (r.thread.lastNode ? ", last node " + r.thread.lastNode : ""))
+        : el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
     app.replaceChildren(el("header", {}, el("div", { class: "top" }, el("h1", {}, "little-workflow runs"),
       el("small", {}, d.dataDir || ""), CONFIG.liveUrl ? el("span", { class: "live" }, "● live") : null)),
     el("section", {}, el("div", { class: "filters" }, select, el("span", { class: "count" }, shown.length + " runs")),
