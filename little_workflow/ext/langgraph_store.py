@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -85,11 +86,13 @@ class CheckpointDataError(RuntimeIntegrityError):
 
 # --- names ------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)  # a few hashes a put otherwise
 def thread_owner_run_id(thread_id: str) -> str:
     """The run id that owns a thread's records (its log, folder and artifacts)."""
     return "run_lg_" + hashlib.sha256(str(thread_id).encode()).hexdigest()[:32]
 
 
+@functools.lru_cache(maxsize=4096)
 def ns_key(checkpoint_ns: str) -> str:
     # Namespaces hold ':' and '|' and can be long: a fixed-size key; records name the ns.
     return "ns_" + hashlib.sha256(checkpoint_ns.encode()).hexdigest()[:24]
