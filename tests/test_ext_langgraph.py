@@ -493,6 +493,15 @@ def test_little_runs_and_the_ui_show_threads_as_threads(kind: str, tmp_path: Any
         thread = {"threadId": "chat-7", "checkpoints": 4, "lastNode": "sum_up"}
         [ui_row] = RunsIndex(world).summaries()[0]
         assert (ui_row["runId"], ui_row["thread"]) == (owner, thread)
+        # Pruned: on local_world its log moves to the thread's next generation, a run of
+        # its own, still shown as the thread.
+        graph.invoke({"items": []}, {"configurable": {"thread_id": "chat-7"}})
+        WorldCheckpointSaver(world).prune_old(["chat-7"], keep_last=4)
+        [ui_row] = RunsIndex(world).summaries()[0]
+        if kind == "local_world":
+            assert ui_row["runId"] == owner + "_1"
+        owner = ui_row["runId"]
+        assert ui_row["thread"] == thread
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     where = ["--data-dir" if kind == "local_world" else "--world", maker.data_dir]
     listed = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", "--json", *where],

@@ -1153,9 +1153,13 @@ def describe_thread(world: Any, run_id: str) -> dict[str, Any] | None:
     that is not known: the input checkpoint, or writes stored by another process). None
     for a run that owns no thread. Reads the thread's document, its index and one record."""
     threads = Threads(world, "events" if getattr(world, "kind", "") == "local" else "files")
-    doc = world.read_document(threads.doc_path(run_id))
+    # A pruned thread on the events layout lives on in run `<owner>_<generation>`.
+    owner, generation = _owner_and_generation(run_id)
+    doc = world.read_document(threads.doc_path(owner))
     if not isinstance(doc, dict) or not isinstance(doc.get("threadId"), str):
         return None
+    if int(doc.get("generation") or 0) != generation:
+        return None  # a log the thread has left (its deletion is under way)
     th = threads.find(doc["threadId"], fresh=True)
     if th is None:
         return None
@@ -1166,6 +1170,15 @@ def describe_thread(world: Any, run_id: str) -> dict[str, Any] | None:
     nodes = last_nodes(head.record) if head is not None else []
     return {"threadId": th.thread_id, "checkpoints": count,
             "lastNode": ", ".join(nodes) if nodes else None}
+
+
+_GENERATION_RUN = re.compile(r"(run_lg_[0-9a-f]{32})_(\d+)")
+
+
+def _owner_and_generation(run_id: str) -> tuple[str, int]:
+    """The thread owner and log generation of a run that holds a thread's records."""
+    m = _GENERATION_RUN.fullmatch(run_id)
+    return (m.group(1), int(m.group(2))) if m else (run_id, 0)
 
 
 def last_nodes(record: dict[str, Any]) -> list[str]:
