@@ -18,9 +18,9 @@ from typing import Any, Iterable
 
 from ..errors import LittleWorkflowError, RunLockedError
 from ..world import run_deletion
-from ..world.shared_state import TERMINAL_STATUS
+from ..world.vocabulary import FINISHED_STATUSES
+from ..world.vocabulary import RUN_ENDINGS as TERMINAL_STATUS
 
-FINISHED_STATUSES = ("completed", "failed", "cancelled")
 _AGE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

@@ -18,10 +18,9 @@ from typing import Any
 import little_workflow as lw
 
 from ..runtime.values import stored_value
-from ..world.catalogue import OWNER_EVENTS
+from ..world.vocabulary import OWNER_EVENTS, RUN_ENDINGS
 
-TERMINAL_EVENTS = {"run.completed": "completed", "run.failed": "failed",
-                   "run.cancelled": "cancelled"}
+TERMINAL_EVENTS = RUN_ENDINGS
 # Wait events are recognized by prefix: `wait.<something>` with a stepPath opens or closes
 # a wait span; these suffixes open one, any other closes it.
 _WAIT_OPENERS = ("started", "scheduled", "begun", "waiting")

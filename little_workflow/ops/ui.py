@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import little_workflow as lw
 
+from ..world.vocabulary import FINISHED_STATUSES
 from .inspect import render_page, run_page_data
-
 
 #: Runs per page of the runs list.
 PAGE_SIZE = 50
@@ -72,7 +72,7 @@ def ui_row(summary: Any) -> dict[str, Any]:
     return {"runId": summary.run_id, "workflowId": summary.workflow_id, "status": summary.status,
             "startedAt": summary.created_at.timestamp(),
             "durationSeconds": round((summary.updated_at - summary.created_at).total_seconds(), 6),
-            "finished": summary.status in ("completed", "failed", "cancelled"),
+            "finished": summary.status in FINISHED_STATUSES,
             "waitingFor": waiting_text(summary.waiting), "error": error, "steps": summary.steps,
             "lastSequence": summary.updated_at.isoformat()}
 

@@ -20,13 +20,14 @@ from typing import Any
 
 from ..world.clock import to_iso
 from ..world.ids import RUN_ID_RE
+from ..world.vocabulary import RUN_ENDING_EVENTS
 
 ACTIVE_DIR = "active"
 SUFFIX = ".json"
 #: How long an entry with no run log is kept before the sweep removes it (seconds,
 #: as this worker has seen it: no host's clock is compared with another's).
 ORPHAN_GRACE_SECONDS = 60.0
-TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
+TERMINAL_EVENTS = RUN_ENDING_EVENTS
 
 
 def entry_path(run_id: str) -> str:

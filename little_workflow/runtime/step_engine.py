@@ -18,6 +18,7 @@ from ..errors import (
 )
 from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
+from ..world.vocabulary import INLINE_LIMIT
 from .codec import Codec, return_codec
 from .history import Key
 from .recording import RunRecorder
@@ -40,7 +41,7 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 #: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
-INLINE_OUTPUT_LIMIT = 64 * 1024
+INLINE_OUTPUT_LIMIT = INLINE_LIMIT
 
 Mode = Literal["execute", "replay"]
 
