@@ -6,6 +6,11 @@ mode="create")`): the first writer wins, a loser gets 409 `BlobAlreadyExists` (o
 `ConditionNotMet`) and re-reads. Any other failure — authentication, a missing
 container, an unreachable endpoint — is a `StorageError` naming the blob.
 
+Run locks are fenced leases (`fs_adapters/leases.py`, the protocol S3 uses too):
+`AzureLockBlobs` supplies Put Blob with `If-None-Match: *` or `If-Match` on an ETag, and
+Get Blob Properties, whose `Date` header and `Last-Modified` give a lock's age by the
+store's clock. So workers on any number of hosts may share one container.
+
 Registered for the `abfs`/`az` protocols through the `little_workflow.publishers` entry
 point (and on import), so the World never imports this module.
 """
@@ -13,7 +18,8 @@ point (and on import), so the World never imports this module.
 from __future__ import annotations
 
 import time
-from typing import Any
+from email.utils import parsedate_to_datetime
+from typing import Any, Awaitable, Callable
 
 from little_workflow.errors import (
     StorageError,
@@ -23,10 +29,16 @@ from little_workflow.errors import (
 )
 from little_workflow.world.publish import Publisher, is_temp_name, register_publisher
 
+from . import leases
+from .leases import LeasedLocks, LockChanged, LockRecord, LockVersion, TryAgain
+
 PROTOCOLS = ("abfs", "az", "abfss")
 EXISTS_CODES = {"BlobAlreadyExists", "ConditionNotMet"}
 RETRYABLE_CODES = {"ServerBusy", "OperationTimedOut", "InternalError"}
 RETRIES = 5
+#: Default lease of a run lock (30 s, or `LW_LEASE_SECONDS`). Read when a World is
+#: built, so tests may lower it.
+LEASE_SECONDS = leases.LEASE_SECONDS
 
 
 def azure_error(e: BaseException) -> tuple[str, int] | None:
@@ -39,6 +51,7 @@ def azure_error(e: BaseException) -> tuple[str, int] | None:
         status = getattr(current, "status_code", None)
         if status is not None:
             code = getattr(current, "error_code", None)
+            code = getattr(code, "value", code)  # the SDK's StorageErrorCode enum, or a str
             if code is None:
                 response = getattr(current, "response", None)
                 headers = getattr(response, "headers", None) or {}
@@ -111,7 +124,7 @@ class AzureBlobPublisher(Publisher):
     prefers_listing = True
     empty_folders_stay = False  # no folders: a prefix is gone with its last blob
     atomic_publication = "yes: one conditional Put Blob (If-None-Match: *)"
-    multi_writer = "yes: processes and hosts (the store arbitrates)"
+    multi_writer = "yes: processes and hosts (the store arbitrates; leased run locks)"
 
     def __init__(self, fs: Any):
         self.fs = fs
@@ -171,6 +184,97 @@ class AzureBlobPublisher(Publisher):
             return []
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not is_temp_name(n))
+
+    def cross_process_locks(self, root: str) -> AzureBlobLocks:
+        return AzureBlobLocks(self.fs, f"{root}/locks", lease_seconds=LEASE_SECONDS)
+
+
+# ---- fenced leases: Azure Blob's primitives (the protocol is fs_adapters/leases.py) ---
+
+class AzureLockBlobs:
+    """`LeaseStore` on Azure Blob, through the SDK client under adlfs (adlfs's
+    `pipe_file` has no `If-Match`). Each request is sent once, with timeouts of a third
+    of the lease: the SDK's own retries back off for tens of seconds, longer than a
+    lease, and the renewer already tries again by itself."""
+
+    def __init__(self, fs: Any, lease_seconds: float):
+        self.fs = fs
+        limit = max(1.0, lease_seconds / 3)
+        self.request_options = {"retry_total": 0, "connection_timeout": limit,
+                                "read_timeout": limit}
+
+    def url(self, path: str) -> str:
+        return f"az://{path}"
+
+    def _call(self, path: str, doing: str, request: Callable[[Any], Awaitable[Any]]) -> Any:
+        from fsspec.asyn import sync
+
+        container, blob, _ = self.fs.split_path(path)
+
+        async def send() -> Any:
+            async with self.fs.service_client.get_blob_client(container, blob) as client:
+                return await request(client)
+
+        try:
+            return sync(self.fs.loop, send)
+        except STORE_ERRORS as e:
+            found = azure_error(e)
+            if found is not None and (found[1] == 412 or found[0] in EXISTS_CODES):
+                raise LockChanged(path) from e
+            if found is not None and found[0] == "BlobNotFound":
+                raise FileNotFoundError(path) from e
+            if _transient(e):
+                raise TryAgain(path) from e
+            raise storage_error(e, path, f"{doing} the run lock") from e
+
+    def _put(self, path: str, record: LockRecord, condition: dict[str, Any]) -> str:
+        async def put(client: Any) -> Any:
+            return await client.upload_blob(
+                record.body(), metadata=record.fields(), **condition, **self.request_options)
+
+        return str(self._call(path, "writing", put)["etag"])
+
+    def create(self, path: str, record: LockRecord) -> str:
+        return self._put(path, record, {"overwrite": False})  # If-None-Match: *
+
+    def replace(self, path: str, record: LockRecord, etag: str) -> str:
+        from azure.core import MatchConditions
+
+        try:
+            return self._put(path, record, {"overwrite": True, "etag": etag,
+                                            "match_condition": MatchConditions.IfNotModified})
+        except FileNotFoundError as e:
+            raise LockChanged(path) from e  # the version named is gone
+
+    def look(self, path: str) -> LockVersion | None:
+        headers: dict[str, str] = {}
+
+        async def properties(client: Any) -> Any:
+            def keep_headers(response: Any) -> None:
+                headers.update(response.http_response.headers)
+
+            return await client.get_blob_properties(raw_response_hook=keep_headers,
+                                                    **self.request_options)
+
+        try:
+            found = self._call(path, "reading", properties)
+        except FileNotFoundError:
+            return None
+        date = headers.get("Date") or headers.get("date")
+        age = None
+        if date and found.last_modified is not None:
+            age = (parsedate_to_datetime(date) - found.last_modified).total_seconds()
+        return LockVersion(etag=str(found.etag), record=LockRecord.from_fields(found.metadata or {}),
+                           age=age)
+
+
+class AzureBlobLocks(LeasedLocks):
+    """Run locks on Azure Blob: fenced leases at `<root>/locks/<name>/owner.json` (the
+    protocol, renewal and fencing: `fs_adapters.leases`)."""
+
+    def __init__(self, fs: Any, locks_dir: str, lease_seconds: float = LEASE_SECONDS):
+        super().__init__(AzureLockBlobs(fs, lease_seconds), locks_dir, lease_seconds)
+        self.fs = fs
 
 
 register_publisher(PROTOCOLS, AzureBlobPublisher)

@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.context import RunContext, current_run
     from .runtime.control import cancel_run, start_workflow
     from .runtime.fork import fork_run
+    from .runtime.handles import RunHandle, get_run
     from .runtime.outer_loop import Continue, Done
     from .runtime.runner import areplay_run, materialize_run_state, replay_run
     from .runtime.signals import send_event
@@ -93,6 +94,7 @@ _LAZY = {
     "Mount": ".runtime.bash_steps",
     "Retry": ".runtime.steps",
     "RunContext": ".runtime.context",
+    "RunHandle": ".runtime.handles",
     "current_run": ".runtime.context",
     "RunPage": ".world.catalogue",
     "RunResult": ".runtime.state",
@@ -112,6 +114,7 @@ _LAZY = {
     "file_mount": ".runtime.bash_steps",
     "fork_run": ".runtime.fork",
     "gc": ".ops.gc",
+    "get_run": ".runtime.handles",
     "list_runs": ".world.catalogue",
     "local_world": ".world",
     "materialize_run_state": ".runtime.runner",
@@ -176,6 +179,7 @@ __all__ = [
     "ReplayDivergenceError",
     "Retry",
     "RunContext",
+    "RunHandle",
     "RunLockedError",
     "RunNotFoundError",
     "RunFinishedError",
@@ -224,6 +228,7 @@ __all__ = [
     "current_step",
     "file_mount",
     "gc",
+    "get_run",
     "list_runs",
     "local_world",
     "materialize_run_state",

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from typing import Any
@@ -76,3 +77,108 @@ class Azurite:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def quick_client(fs: Any, connection_string: str) -> Any:
+    """Give adlfs object `fs` a client that fails fast once its network is cut (the SDK's
+    default retries a refused connection for minutes)."""
+    from azure.storage.blob.aio import BlobServiceClient
+
+    fs.service_client = BlobServiceClient.from_connection_string(
+        connection_string, retry_total=0, connection_timeout=1, read_timeout=5)
+    return fs
+
+
+class NetworkPath:
+    """A host's own network path to Azurite: a TCP relay on another port. `cut()` closes
+    it and every connection through it, while other hosts still reach the store."""
+
+    def __init__(self, store: Azurite) -> None:
+        self.store = store
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.connection_string = store.connection_string.replace(
+            f"127.0.0.1:{store.port}/", f"127.0.0.1:{self.port}/")
+        self.up = True
+        self._sockets: list[socket.socket] = []
+        self._guard = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def filesystem(self) -> Any:
+        from adlfs import AzureBlobFileSystem
+
+        fs = AzureBlobFileSystem(skip_instance_cache=True,
+                                 connection_string=self.connection_string)
+        return quick_client(fs, self.connection_string)
+
+    def _accept(self) -> None:
+        while self.up:
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.store.port))
+            except OSError:
+                continue
+            with self._guard:
+                if not self.up:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        with self._guard:
+            if not self.up:
+                return
+            self.up = False
+            try:  # wakes the accepting thread (a bare close may leave it accepting)
+                self.listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.listener.close()
+            for sock in self._sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+
+
+class RequestCounter:
+    """Counts the HTTP requests an adlfs filesystem sends, by method: gives `fs` a client
+    whose every request passes a hook (the SDK's `raw_request_hook`)."""
+
+    def __init__(self, fs: Any, connection_string: str) -> None:
+        from azure.storage.blob.aio import BlobServiceClient
+
+        self.by_method: dict[str, int] = {}
+        fs.service_client = BlobServiceClient.from_connection_string(
+            connection_string, raw_request_hook=self._sent)
+
+    def _sent(self, request: Any) -> None:
+        method = request.http_request.method
+        self.by_method[method] = self.by_method.get(method, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_method.values())
+
+    def reset(self) -> None:
+        self.by_method.clear()

@@ -5,7 +5,7 @@ through separate filesystem objects; exactly one wins and the file holds one wri
 bytes whole; (2) multi-writer safety: two Worlds over *separate* filesystem objects (as
 two processes or hosts would have) append concurrently without losing or duplicating a
 sequence; (3) run locks across processes where the backend has them (their behaviour:
-tests/test_kernel_locks.py, tests/test_s3_leases.py)."""
+tests/test_kernel_locks.py, tests/test_leases.py)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,16 @@
 """The chaos test (issue 20): several real processes on ONE World — two `little worker`s,
 a starter, two senders (one aiming at wait deadlines), a canceller, a forker, a gc loop,
 a pipeline runner and a `little` CLI caller — with random SIGKILL and SIGSTOP/SIGCONT of
-the processes that run steps, on local_world, a local-file virtual world and S3 (moto,
-short leases). Then a drain (a clean worker runs everything to its end) and the history
-checker (`chaos/history.py`) over every log and the external step ledger. The test of the
-test takes the kernel locks of local files away (and the log fence too): the checker and
-`little verify` must then catch two executors of one run.
+the processes that run steps, on local_world, a local-file virtual world, S3 (moto,
+short leases) and Azure Blob (Azurite, short leases). Then a drain (a clean worker runs
+everything to its end) and the history checker (`chaos/history.py`) over every log and
+the external step ledger; on the leased stores also every log against its lease
+(`driver.unleased_starts`: an execution that held no lease). The test of the test takes
+the kernel locks of local files away (and the log fence too): the checker and `little
+verify` must then catch two executors of one run.
 
 `LW_CHAOS_SECONDS` (default 24; 40 under LW_SOAK=1) is the chaos time, split over the
-backends (S3 half);
+backends (S3 and Azure half each);
 `LW_CHAOS_SEED` reproduces a run's schedule of kills, pauses and actions (the report of
 a failure prints it); `LW_CHAOS_WORKDIR` keeps the process logs; `LW_CHAOS_ROLES`
 (e.g. `starter,sender`) runs only those actors besides the workers, a focused run. The first tests prove
@@ -25,7 +27,14 @@ from typing import Any
 
 import pytest
 from chaos import history
-from chaos.driver import ACTOR_ROLES, MotoProcess, SlowLink, run_chaos
+from chaos.driver import (
+    ACTOR_ROLES,
+    MotoProcess,
+    SlowLink,
+    lock_documents,
+    lock_owners_on,
+    run_chaos,
+)
 from soak import soak_size
 
 import little_workflow as lw
@@ -40,6 +49,9 @@ ROLES = tuple(os.environ["LW_CHAOS_ROLES"].split(",")) if os.environ.get("LW_CHA
 #: client: the CLI caller and the forker (both covered on the local backends) are left
 #: out, so the workers get the CPU to be caught mid-run.
 S3_ROLES = tuple(r for r in ACTOR_ROLES if r not in ("cli", "forker"))
+#: On Azure Blob (Azurite) the forker and the pipeline runner act too; the `little` CLI
+#: caller (a fresh client per call) is left out, as on S3.
+AZURE_ROLES = tuple(r for r in ACTOR_ROLES if r != "cli")
 
 
 # ---- the checker on hand-made histories ---------------------------------------------------
@@ -253,12 +265,28 @@ def test_the_report_names_the_seed_the_rule_and_the_history():
     assert "signal.received" in text and "ledger (2 executions)" in text
 
 
+def test_a_run_started_more_often_than_its_lease_was_taken():
+    from chaos.driver import unleased_starts
+
+    from little_workflow.world.ids import run_lock_name
+
+    logs = {"run_a": clean_run()}
+    lock = {run_lock_name("run_a"): {"state": "free", "generation": 1}}
+    assert unleased_starts(logs, lock) == []
+    twice = clean_run()[:2] + [Ev(3, "run.started", {"start": 2})]  # a second host, no lease
+    assert [v.rule for v in unleased_starts({"run_a": twice}, lock)] == ["unleased-start"]
+    assert [v.rule for v in unleased_starts(logs, {})] == ["unleased-start"]  # never leased
+    taken_over = {run_lock_name("run_a"): {"state": "held", "generation": 2}}
+    assert unleased_starts({"run_a": twice}, taken_over) == []
+
+
 # ---- the chaos itself ---------------------------------------------------------------------
 
-def chaos_on(kind: str, tmp_path: Any) -> Any:
-    # S3 gets half the time: every append is a few HTTP requests, and the failover it
-    # is there for needs a worker paused past its lease mid-run.
-    seconds = SECONDS / 2 if kind == "s3" else SECONDS / 4
+def chaos_on(kind: str, tmp_path: Any, request: Any = None) -> Any:
+    # The object stores get half the time: every append is a few HTTP requests, and the
+    # failover they are there for needs a worker paused past its lease mid-run (a
+    # quarter of 40 s on Azurite left the workers too little to do under load).
+    seconds = SECONDS / 2 if kind in ("s3", "azure") else SECONDS / 4
     # LW_CHAOS_WORKDIR keeps the process logs and the ledger past pytest's tmp cleanup.
     keep = os.environ.get("LW_CHAOS_WORKDIR")
     workdir = os.path.join(keep, f"{kind}-{SEED}-{int(time.time())}") if keep \
@@ -274,6 +302,8 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
         url = f"file://{tmp_path}/wf"
         result = run_chaos(kind, url, SEED, seconds, workdir, roles=ROLES or ACTOR_ROLES,
                            open_world=lambda: lw.virtual_world(url))
+    elif kind == "azure":
+        result = chaos_on_azure(request.getfixturevalue("azurite"), seconds, workdir)
     else:
         moto = MotoProcess(workdir)
         links = {name: SlowLink(moto.port) for name in ("worker0", "worker1")}
@@ -288,6 +318,7 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
                 kind, f"s3://{bucket}/wf", SEED, seconds, workdir, extra_env=env,
                 stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.8, links=links,
                 slow_seconds=cut_max, lock_owners=moto.lock_owners(f"{bucket}/wf"),
+                lock_docs=moto.lock_docs(f"{bucket}/wf"),
                 fence_slack=max(stop_max, cut_max) + 2 * LEASE, exclusive=False, pace=1.0,
                 drain_seconds=45, roles=ROLES or S3_ROLES,
                 open_world=lambda: lw.virtual_world(moto.filesystem(), f"{bucket}/wf"))
@@ -299,9 +330,39 @@ def chaos_on(kind: str, tmp_path: Any) -> Any:
     return result
 
 
-@pytest.mark.parametrize("kind", ["local_world", "local-file", "s3"])
-def test_chaos_history_holds_every_rule(kind, tmp_path):
-    result = chaos_on(kind, tmp_path)
+def chaos_on_azure(azurite: Any, seconds: float, workdir: str) -> Any:
+    """As on S3: two workers that hold leases are paused past them or cut off from the
+    store (each reaches Azurite through its own `SlowLink`), the other one takes over."""
+    import fs_adapters.azure_blob  # noqa: F401  (registers its publisher)
+
+    root = f"{azurite.new_container()}/wf"
+    links = {name: SlowLink(azurite.port) for name in ("worker0", "worker1")}
+
+    def link_env(port: int) -> dict[str, str]:
+        return {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string.replace(
+            f"127.0.0.1:{azurite.port}/", f"127.0.0.1:{port}/")}
+
+    env = {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
+           "LW_LEASE_SECONDS": str(LEASE)}
+    stop_max, cut_max = LEASE + 6.0, 8.0
+    try:
+        return run_chaos(
+            "azure", f"az://{root}", SEED, seconds, workdir, extra_env=env,
+            stop_max=stop_max, stop_min=LEASE + 2.0, stop_share=0.8, links=links,
+            link_env=link_env, slow_seconds=cut_max,
+            lock_owners=lock_owners_on(azurite.filesystem(), root),
+            lock_docs=lambda: lock_documents(azurite.filesystem(), root),
+            fence_slack=max(stop_max, cut_max) + 2 * LEASE, exclusive=False, pace=1.0,
+            drain_seconds=45, roles=ROLES or AZURE_ROLES,
+            open_world=lambda: lw.virtual_world(azurite.filesystem(), root))
+    finally:
+        for link in links.values():
+            link.close()
+
+
+@pytest.mark.parametrize("kind", ["local_world", "local-file", "s3", "azure"])
+def test_chaos_history_holds_every_rule(kind, tmp_path, request):
+    result = chaos_on(kind, tmp_path, request)
     assert result.stats["incarnations"] >= 5, result.report  # the chaos really ran runs
     assert not result.violations, result.report
 

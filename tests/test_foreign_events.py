@@ -6,9 +6,10 @@ are folded into a running run's state before it decides anything that depends on
   `signal.received` then `wait.timed_out`, so the wait returns the payload — in the first
   execution as on replay. The send is put exactly there by a hook on the World (before
   the run's `wait.timed_out` append), by this process or by a real second process.
-- S3 failover: a holder stopped (SIGSTOP) between its lease check and the PUT of a step's
-  success gets that success in after the taker took the lock; the taker treats it as
-  history: the step does not run again, its recorded output is the one used.
+- Failover on S3 and Azure Blob: a holder stopped (SIGSTOP) between its lease check and
+  the PUT of a step's success gets that success in after the taker took the lock; the
+  taker treats it as history: the step does not run again, its recorded output is the
+  one used.
 - A cancel request written by another process while a step runs stops the run before
   its next step.
 """
@@ -141,16 +142,16 @@ def test_signal_sent_by_another_writer_just_before_the_timeout_is_returned(maker
     check_signal_taken(world, run_id, result, {"from": "another process"})
 
 
-# ---- S3 failover: a paused holder's late write is history to the taker ----------------
+# ---- failover on a leased store: a paused holder's late write is history to the taker --
 
 LEASE = 2.0
 HOST_A = r"""
 import os, signal, sys
-import fs_adapters.object_store as object_store
+import fs_adapters.leases as leases
 import foreign_flows
 import little_workflow as lw
 
-real_check = object_store.ObjectStoreLocks.check
+real_check = leases.LeasedLocks.check
 
 
 def check(self, name, token):
@@ -160,8 +161,8 @@ def check(self, name, token):
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-object_store.ObjectStoreLocks.check = check
-world = lw.virtual_world(f"s3://{sys.argv[1]}/wf")
+leases.LeasedLocks.check = check
+world = lw.virtual_world(sys.argv[1])
 try:
     lw.run_workflow(foreign_flows.failover, None, world=world, run_id=sys.argv[2])
     print("A: completed")
@@ -187,21 +188,22 @@ def step_successes(world, run_id: str) -> collections.Counter:
                                if e.type == "step.succeeded")
 
 
-def test_a_paused_holders_late_success_is_history_to_the_taker(moto_s3, tmp_path, monkeypatch):
-    import fs_adapters.object_store as object_store
+@pytest.mark.parametrize("kind", ["s3", "azure"])
+def test_a_paused_holders_late_success_is_history_to_the_taker(kind, request, tmp_path,
+                                                               monkeypatch):
     import foreign_flows
+    from leased_stores import leased_store
 
-    monkeypatch.setattr(object_store, "LEASE_SECONDS", LEASE)
+    store = leased_store(kind, request)
+    monkeypatch.setattr(store.module, "LEASE_SECONDS", LEASE)
     ledger = tmp_path / "executions.txt"
     monkeypatch.setenv("LW_FOREIGN_LEDGER", str(ledger))
-    bucket, run_id = moto_s3.new_bucket(), "run_failover"
+    root, run_id = store.new_root(), "run_failover"
     env = {**CHILD_ENV, "LW_FOREIGN_LEDGER": str(ledger), "LW_FOREIGN_HOST": "A",
-           "LW_PAUSE_BEFORE_PUT": "1", "LW_LEASE_SECONDS": str(LEASE),
-           "FSSPEC_S3_ENDPOINT_URL": moto_s3.endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    host_a = subprocess.Popen([sys.executable, "-c", HOST_A, bucket, run_id], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    observer = lw.virtual_world(moto_s3.filesystem(), f"{bucket}/wf")
+           "LW_PAUSE_BEFORE_PUT": "1", "LW_LEASE_SECONDS": str(LEASE), **store.env()}
+    host_a = subprocess.Popen([sys.executable, "-c", HOST_A, store.url(root), run_id], env=env,
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    observer = lw.virtual_world(store.filesystem(), root)
     try:
         # A ran step two and passed its lease check for the success; it is stopped there.
         wait_for(lambda: host_a.poll() is not None or process_state(host_a.pid) == "T",
@@ -216,7 +218,7 @@ def test_a_paused_holders_late_success_is_history_to_the_taker(moto_s3, tmp_path
                      "A's late step.succeeded")
             host_a.wait(timeout=60)
 
-        taker = lw.tracing_world(lw.virtual_world(moto_s3.filesystem(), f"{bucket}/wf"),
+        taker = lw.tracing_world(lw.virtual_world(store.filesystem(), root),
                                  before_append_of("run.started", a_writes_late))
         deadline = time.monotonic() + 60
         while True:

@@ -1,25 +1,21 @@
-"""Controlling runs from outside: `start_workflow` (create, a worker executes) and
-`cancel_run` (`run.cancel_requested`, then `run.cancelled`)."""
+"""Controlling runs from outside: `start_workflow` (create, a worker executes; with
+`handle=True` a `RunHandle` on the new run) and `cancel_run` (in cancel.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
-from ..errors import (
-    InputMismatchError,
-    RunFinishedError,
-    RunLockedError,
-    RunNotFoundError,
-    WorkflowMismatchError,
-)
+from ..errors import InputMismatchError, WorkflowMismatchError
 from ..world.ids import content_hash, new_run_id, validate_run_id
-from .active_index import mark_finished
-from .state import TERMINAL_STATUSES, RunLog
-from .waiting import notify_run, requested_reason
+from .cancel import acancel_run, cancel_run
+from .handles import RunHandle
+from .state import RunLog
+from .waiting import notify_run
 from .workflow import Workflow
 
 In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 def _world(world: Any) -> Any:
@@ -56,53 +52,45 @@ def _create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id
     return run_id
 
 
+@overload
 async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
-                          run_id: str | None = None) -> str:
+                          run_id: str | None = None, handle: Literal[False] = False) -> str: ...
+
+
+@overload
+async def astart_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+                          run_id: str | None = None, handle: Literal[True]) -> RunHandle[Out]: ...
+
+
+async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+                          run_id: str | None = None, handle: bool = False) -> Any:
     """`start_workflow` for async code: the writes run in a worker thread."""
-    return await asyncio.to_thread(_create_unless_exists, wf, input, world, run_id)
+    return await asyncio.to_thread(_start, wf, input, world, run_id, handle)
+
+
+@overload
+def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+                   run_id: str | None = None, handle: Literal[False] = False) -> str: ...
+
+
+@overload
+def start_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+                   run_id: str | None = None, handle: Literal[True]) -> RunHandle[Out]: ...
 
 
 def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
-                   run_id: str | None = None) -> str:
+                   run_id: str | None = None, handle: bool = False) -> Any:
     """Validate the input and create the run without executing it (a worker will);
-    returns its run id."""
-    return _create_unless_exists(wf, input, world, run_id)
+    returns its run id, or with `handle=True` a `RunHandle` on it (`.result()` waits for
+    whichever process executes it)."""
+    return _start(wf, input, world, run_id, handle)
 
 
-def cancel_run(world: Any, run_id: str, reason: str | None = None) -> None:
-    """Cancel a run: a waiting or unstarted run at once, a running one at its next step
-    boundary, sleep or wait (async steps in flight are cancelled). Also asks every
-    unfinished sub-run to cancel. A run already cancelled: a no-op."""
-    validate_run_id(run_id)
-    if reason is not None and not isinstance(reason, str):
-        raise TypeError("reason is a string or None")
-    log = RunLog.fold(run_id, world.list_events(run_id))
-    if log.created is None:
-        raise RunNotFoundError(run_id, f" in {world.data_dir}")
-    if log.status == "cancelled":
-        return
-    if log.status in TERMINAL_STATUSES:
-        raise RunFinishedError(run_id, log.status, "run.cancel_requested")
-    if log.cancel_requested is None:
-        world.append_event(run_id, "run.cancel_requested", {"reason": reason})
-    for sub in log.sub_runs.values():
-        sub_id = sub.get("subRunId")
-        if sub.get("status") != "succeeded" and isinstance(sub_id, str):
-            try:
-                cancel_run(world, sub_id, reason or f"parent run {run_id} was cancelled")
-            except (RunNotFoundError, RunFinishedError):
-                pass  # never started, or already over
-    try:
-        with world.run_lock(run_id):
-            # Nobody runs it: end it here (a waiting or unstarted run).
-            log = RunLog.fold(run_id, world.list_events(run_id))
-            if log.status not in TERMINAL_STATUSES:
-                world.append_event(run_id, "run.cancelled", {"reason": requested_reason(log)})
-                mark_finished(world, run_id)
-    except RunLockedError:
-        pass  # its runner sees the request and ends the run
-    notify_run(world, run_id)
+def _start(wf: Workflow[In, Any], input: Any, world: Any, run_id: str | None,
+           handle: bool) -> Any:
+    world = _world(world)
+    run_id = _create_unless_exists(wf, input, world, run_id)
+    return RunHandle(world, run_id, wf) if handle else run_id
 
 
-async def acancel_run(world: Any, run_id: str, reason: str | None = None) -> None:
-    await asyncio.to_thread(cancel_run, world, run_id, reason)
+__all__ = ["acancel_run", "astart_workflow", "cancel_run", "start_workflow"]

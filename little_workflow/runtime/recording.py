@@ -18,6 +18,7 @@ from .history import FREE_EVENTS, Key, RunHistory
 from .loops import may_block_loop
 from .state import RunLog
 from .steps import current_group
+from .waiting import announce
 
 
 class RunRecorder:
@@ -93,6 +94,7 @@ class RunRecorder:
         self._fold_own(event)
         if type_ in TERMINAL_EVENTS:
             mark_finished(self.world, self.run_id)  # after the terminal event
+            announce(self.world, self.run_id)  # handles waiting for the result, stream readers
         return event
 
     async def append(

@@ -8,6 +8,10 @@ whoever waits on it. In this process the writer notifies the watch directly (a w
 within milliseconds); another process's writes are found by reading the log at least
 every `POLL_SECONDS` while the run is blocked and at step boundaries — and whenever one
 of the run's own appends lands past the next sequence (`RunContext._fold_own`).
+
+Readers outside the run (a `RunHandle` waiting for the result, a stream follower) are
+woken the same way by `announce`, on a separate list (`observe`), so what wakes them
+never costs the run or the workers a read.
 """
 
 from __future__ import annotations
@@ -67,6 +71,42 @@ def notify_run(world: Any, run_id: str) -> None:
             _registry.get(_key(world, None), ()))
     for listener in listeners:
         listener.notify()
+    announce(world, run_id)
+
+
+# ---- readers outside the run: handles waiting for a result, stream followers ------------
+#
+# Kept apart from the listeners above: a stream write wakes its readers only, never the
+# run's own watch (which would re-read the log) nor every worker (which would sweep).
+
+_observers: dict[tuple[int, str | None], set[Any]] = {}
+
+
+def observe(world: Any, run_id: str, observer: Any) -> None:
+    """`observer.notify()` is called (from any thread) when this process appends to
+    `run_id` something a reader outside the run waits for: a stream record, the run's
+    end, a signal, a cancel request, a new run."""
+    with _registry_guard:
+        _observers.setdefault(_key(world, run_id), set()).add(observer)
+
+
+def unobserve(world: Any, run_id: str, observer: Any) -> None:
+    with _registry_guard:
+        observers = _observers.get(_key(world, run_id))
+        if observers is not None:
+            observers.discard(observer)
+            if not observers:
+                del _observers[_key(world, run_id)]
+
+
+def announce(world: Any, run_id: str) -> None:
+    """Wake the observers of `run_id` in this process (cheap when there are none)."""
+    if not _observers:
+        return
+    with _registry_guard:
+        observers = list(_observers.get(_key(world, run_id), ()))
+    for observer in observers:
+        observer.notify()
 
 
 class RunWatch:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from chaos import history
 from chaos.flows import LEDGER_ENV, STEP_SECONDS_ENV, WAIT_RESULT_STEPS, WORKER_TARGETS
 from chaos.unfenced import UNFENCED_ENV
+from little_workflow.world.ids import run_lock_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
@@ -80,18 +81,22 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
               stop_min: float = 0.2, roles: tuple[str, ...] = ACTOR_ROLES,
               links: dict[str, SlowLink] | None = None, slow_seconds: float = 0.0,
               lock_owners: Callable[[], dict[str, int]] | None = None,
+              lock_docs: Callable[[], dict[str, dict[str, Any]]] | None = None,
+              link_env: Callable[[int], dict[str, str]] | None = None,
               workers: tuple[str, ...] = ("worker0", "worker1"),
               unfenced: str | None = None, step_seconds: float = 0.03,
               open_world: Callable[[], Any]) -> ChaosResult:
     """Chaos on the World `spec` (`local:<dir>` or a URL) for `seconds`, then drain and
     check. `open_world()` gives the checker a fresh World on the same storage.
 
+    `lock_docs()` (leased backends): lock name -> lock document; after the drain every
+    log is checked against its lock's generation (`unleased_starts`).
     `lock_owners()` (leased backends): lock name -> holder pid. A paused process is then
     resumed as soon as another process has taken over one of the locks it held — the
     moment a holder that lost its lease may still get a write through (DESIGN §13).
-    `links`: process name -> the `SlowLink` it reaches the store through (its env
-    `FSSPEC_S3_ENDPOINT_URL`); a worker holding a lease is then also slowed down now and
-    then: what it sends is held until another worker has taken one of its locks over (at
+    `links`: process name -> the `SlowLink` it reaches the store through (`link_env(port)`
+    is the environment that points it there; by default S3's `FSSPEC_S3_ENDPOINT_URL`); a
+    worker holding a lease is then also slowed down now and then: what it sends is held until another worker has taken one of its locks over (at
     most `slow_seconds`), then let through.
 
     `unfenced` (`locks` or `locks,fence`): every process of the chaos (not the drain) runs
@@ -129,7 +134,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
                     "little" if name.startswith("worker") else "actor", *argv[3:]]
         own_env = env
         if links and name in links:
-            own_env = {**env, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{links[name].port}"}
+            own_env = {**env, **(link_env or s3_link_env)(links[name].port)}
         proc = Proc(name, argv, own_env, os.path.join(workdir, f"{name}.log"))
         pids[proc.popen.pid] = name
         return proc
@@ -235,6 +240,8 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     options = history.Options(wait_result_steps=WAIT_RESULT_STEPS, fence_slack=fence_slack,
                               exclusive=exclusive, allowed_failures=ALLOWED_FAILURES)
     violations = history.check(logs, entries, options)
+    if lock_docs is not None:
+        violations += unleased_starts(logs, lock_docs())
     warnings: list[str] = []
     seen: dict[tuple[str, str, str], int] = {}
     for rec in read_incidents(workdir):
@@ -283,6 +290,10 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     if any(v.rule == "unfinished" for v in violations):
         report += "\nthe drain said:\n" + drain_text[-3000:]
     return ChaosResult(kind, seed, violations, report, stats)
+
+
+def s3_link_env(port: int) -> dict[str, str]:
+    return {"FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
 
 
 class SlowLink:
@@ -404,7 +415,7 @@ class MotoProcess:
                     break
             except OSError:
                 if time.time() > deadline or self.popen.poll() is not None:
-                    raise RuntimeError(f"moto did not start (see {workdir}/moto.log)")
+                    raise RuntimeError(f"moto did not start (see {workdir}/moto.log)") from None
                 time.sleep(0.1)
 
     def filesystem(self) -> Any:
@@ -418,29 +429,62 @@ class MotoProcess:
 
     def lock_owners(self, root: str) -> Callable[[], dict[str, int]]:
         """Lock name -> holder pid of every held run lock under `root` (bucket/prefix)."""
-        fs = self.filesystem()
+        return lock_owners_on(self.filesystem(), root)
 
-        def owners() -> dict[str, int]:
-            out = {}
-            try:
-                paths = fs.find(f"{root}/locks")
-                bodies = fs.cat(paths) if paths else {}
-            except Exception:  # noqa: BLE001 - a lost look is only a missed chance
-                return out
-            for path, body in bodies.items():
-                try:
-                    doc = json.loads(body)
-                except ValueError:
-                    continue
-                if isinstance(doc, dict) and doc.get("state") == "held":
-                    out[path.rsplit("/", 2)[-2]] = int(doc.get("pid") or 0)
-            return out
-
-        return owners
+    def lock_docs(self, root: str) -> Callable[[], dict[str, dict[str, Any]]]:
+        return lambda: lock_documents(self.filesystem(), root)
 
     def stop(self) -> None:
         self.popen.kill()
         self.popen.wait()
+
+
+def lock_documents(fs: Any, root: str) -> dict[str, dict[str, Any]]:
+    """Lock name -> the document of every leased run lock under `root` on `fs` (an object
+    store client; the lock objects of fs_adapters/leases.py)."""
+    fs.invalidate_cache()  # another process's locks, not this client's listing
+    paths = fs.find(f"{root}/locks")
+    out = {}
+    for path, body in (fs.cat(paths) if paths else {}).items():
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out[path.rsplit("/", 2)[-2]] = doc
+    return out
+
+
+def lock_owners_on(fs: Any, root: str) -> Callable[[], dict[str, int]]:
+    """Lock name -> holder pid of every held leased run lock under `root` on `fs`."""
+
+    def owners() -> dict[str, int]:
+        try:
+            docs = lock_documents(fs, root)
+        except Exception:  # noqa: BLE001 - a lost look is only a missed chance
+            return {}
+        return {name: int(doc.get("pid") or 0) for name, doc in docs.items()
+                if doc.get("state") == "held"}
+
+    return owners
+
+
+def unleased_starts(logs: dict[str, Any], docs: dict[str, dict[str, Any]]) -> list[history.Violation]:
+    """On a leased store every execution of a run begins, holding the run's lease, with
+    `run.started`, and every taking of a lease raises its generation (a lock object is
+    marked free, never deleted, gc included): so a log with more `run.started` than its
+    lock's generation had an execution that held no lease — two hosts may interleave."""
+    out = []
+    for run_id, events in logs.items():
+        if isinstance(events, BaseException):
+            continue
+        starts = sum(1 for e in events if e.type == "run.started")
+        generation = int(docs.get(run_lock_name(run_id), {}).get("generation") or 0)
+        if starts > generation:
+            out.append(history.Violation(
+                "unleased-start", run_id,
+                f"{starts} run.started in the log, but its lease was taken {generation} times"))
+    return out
 
 
 def wait_until_ready(procs: Any, timeout: float) -> None:
