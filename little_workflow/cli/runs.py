@@ -10,13 +10,14 @@ import little_workflow as lw
 
 from ..errors import failure_text
 from ..ops.cli_support import format_duration, format_started, plain_table, run_rows
+from ..world.vocabulary import RUN_STATUSES
 from .formatting import dump_json
 from .options import UserError, world_options
 
 
 @click.command()
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["created", "running", "waiting", "completed", "failed", "cancelled"]),
+              type=click.Choice([s for s in RUN_STATUSES if s != "unknown"]),
               help="only runs with this status (repeatable)")
 @click.option("--workflow", "workflow_id", default=None, metavar="ID", help="only runs of this workflow")
 @click.option("--since", default=None, metavar="AGE", help="only runs created within AGE, e.g. 2h, 7d")

@@ -10,6 +10,7 @@ import click
 import little_workflow as lw
 
 from ..ops.cli_support import load_workflow
+from ..world.vocabulary import FINISHED_STATUSES
 from .formatting import dump_json
 from .options import AgeType, UserError, require_run, world_options
 
@@ -127,14 +128,14 @@ def verify(as_json: bool, repair: bool, world: Any) -> None:
 @click.option("--older-than", required=True, type=AgeType(),
               help="delete runs whose last event is older than this, e.g. 30d, 12h, 2w")
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["completed", "failed", "cancelled"]),
+              type=click.Choice(FINISHED_STATUSES),
               help="only runs with this status (repeatable; default: all three)")
 @click.option("--dry-run", is_flag=True, help="delete nothing; show what would go")
 @world_options
 def gc_command(older_than: float, statuses: tuple[str, ...], dry_run: bool, world: Any) -> None:
     """Delete old finished runs with their events, artifacts, scratch and kept plans."""
     report = lw.gc(world, older_than=older_than, dry_run=dry_run,
-                   statuses=statuses or ("completed", "failed", "cancelled"))
+                   statuses=statuses or FINISHED_STATUSES)
     verb = "would delete" if dry_run else "deleted"
     for run_id in report.run_ids:
         click.echo(f"{verb} {run_id}")
