@@ -135,7 +135,7 @@ def _size(world: Any, run_id: str, artifact_ids: list[str] | None) -> int:
     if artifact_ids is None:
         doc = world.read_document(run_deletion.tombstone_path(run_id)) or {}
         artifact_ids = list(doc.get("artifactIds") or [])
-    total = sum(len(data) for _, data in world.events.read_after(run_id, 0))
+    total = world.log_size(run_id)
     total += run_deletion.tree_size(world, f"runs/{run_id}")
     for aid in artifact_ids:
         total += run_deletion.tree_size(world, f"artifacts/{aid}.json")

@@ -45,8 +45,9 @@ _registry_guard = threading.Lock()
 
 
 def _key(world: Any, run_id: str | None) -> tuple[int, str | None]:
-    # One StorageState per storage in this process: Worlds over one storage share it.
-    return (id(world.state), run_id)
+    # Worlds over one storage in this process share one key: a waiter on one hears the
+    # appends made through another.
+    return (world.storage_key, run_id)
 
 
 def listen(world: Any, run_id: str | None, listener: Any) -> None:
