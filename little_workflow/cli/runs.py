@@ -10,6 +10,7 @@ import little_workflow as lw
 
 from ..errors import failure_text
 from ..ops.cli_support import format_duration, format_started, plain_table, run_rows
+from ..world.protocol import WorldLike
 from ..world.vocabulary import RUN_STATUSES
 from .formatting import dump_json
 from .options import UserError, world_options
@@ -28,7 +29,7 @@ from .options import UserError, world_options
 @click.option("--json", "as_json", is_flag=True, help="print the runs as JSON (one object per run)")
 @world_options(read_only=True, catalogue_only=True)
 def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, limit: int,
-         cursor: str | None, every_page: bool, as_json: bool, world: Any) -> None:
+         cursor: str | None, every_page: bool, as_json: bool, world: WorldLike) -> None:
     """List runs, newest first, a page at a time: id, status, workflow, started (UTC),
     duration."""
     age = None

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from ..errors import LittleWorkflowError, RunLockedError
 from ..world import run_deletion
+from ..world.protocol import WorldLike
 from ..world.vocabulary import FINISHED_STATUSES
 from ..world.vocabulary import RUN_ENDINGS as TERMINAL_STATUS
 
@@ -49,7 +50,7 @@ def parse_age(text: str) -> float:
 
 
 def gc(
-    world: Any,
+    world: WorldLike,
     *,
     older_than: timedelta | float,
     statuses: Iterable[str] = FINISHED_STATUSES,
@@ -93,7 +94,7 @@ def gc(
     return report
 
 
-def _old_finished_runs(world: Any, wanted: frozenset[str], cutoff: float) -> list[str]:
+def _old_finished_runs(world: WorldLike, wanted: frozenset[str], cutoff: float) -> list[str]:
     """Runs the catalogue names as finished with a status in `wanted` and created no
     later than the cutoff (a run's last event is never older than its creation), oldest
     first: the cost grows with the old runs, not with every run. The caller checks each
@@ -112,7 +113,7 @@ def _old_finished_runs(world: Any, wanted: frozenset[str], cutoff: float) -> lis
         cursor = page.next_cursor
 
 
-def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:
+def _delete(world: WorldLike, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:
     """Delete one run (artifact_ids None: it is already marked) or, dry, size it."""
     if report.dry_run:
         report.run_ids.append(run_id)
@@ -130,7 +131,7 @@ def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcR
     report.bytes_freed += freed
 
 
-def _size(world: Any, run_id: str, artifact_ids: list[str] | None) -> int:
+def _size(world: WorldLike, run_id: str, artifact_ids: list[str] | None) -> int:
     """The bytes deleting a run would free (as finish_deletion counts them)."""
     if artifact_ids is None:
         doc = world.read_document(run_deletion.tombstone_path(run_id)) or {}
@@ -166,6 +167,6 @@ def _statuses(statuses: Iterable[str]) -> frozenset[str]:
     return wanted
 
 
-def _now(world: Any) -> float:
+def _now(world: WorldLike) -> float:
     clock = getattr(world, "clock", None)
     return float(clock.now()) if clock is not None else time.time()

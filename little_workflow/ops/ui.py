@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import little_workflow as lw
 
+from ..world.protocol import WorldLike
 from ..world.vocabulary import FINISHED_STATUSES
 from .inspect import render_page, run_page_data
 
@@ -32,7 +33,7 @@ class RunsIndex:
     """The runs list, one catalogue page at a time (`lw.list_runs`): a refresh costs
     O(page), whatever the World holds."""
 
-    def __init__(self, world: Any):
+    def __init__(self, world: WorldLike):
         self.world = world
         self.lock = threading.Lock()  # one World shared by the server's threads
 
@@ -154,14 +155,14 @@ def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def make_server(world: Any, port: int = 8765) -> ThreadingHTTPServer:
+def make_server(world: WorldLike, port: int = 8765) -> ThreadingHTTPServer:
     """A server on 127.0.0.1:port (0 picks a free port: see `server.server_address`)."""
     server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(RunsIndex(world)))
     server.daemon_threads = True
     return server
 
 
-def serve(world: Any, *, port: int = 8765, say: Callable[[str], None] = print) -> None:
+def serve(world: WorldLike, *, port: int = 8765, say: Callable[[str], None] = print) -> None:
     """Serve until interrupted (Ctrl-C)."""
     server = make_server(world, port)
     host, bound = server.server_address[:2]

@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, failure_text
+from ..world.protocol import WorldLike
 from ..world.tracing import tracing_world
 from ..world.vocabulary import RUN_ENDING_EVENTS
 
@@ -30,7 +31,7 @@ def plural(n: int, word: str) -> str:
 
 
 class WorkerReport:
-    def __init__(self, world: Any, *, as_json: bool, say: Callable[[str], None],
+    def __init__(self, world: WorldLike, *, as_json: bool, say: Callable[[str], None],
                  emit: Callable[[str], None]):
         self.world, self.as_json, self.say, self.emit = world, as_json, say, emit
         self.counts = dict.fromkeys(("started", *OUTCOMES), 0)

@@ -9,8 +9,8 @@ import contextvars
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, overload
 
-from ..world.core import World
 from ..world.ids import validate_name
+from ..world.protocol import WorldLike
 from .bash_steps import BashResult, run_bash_step
 from .codec import codec_for
 from .groups import ParallelGroups
@@ -55,7 +55,7 @@ class RunContext(ParallelGroups):
     def __init__(
         self,
         *,
-        world: World,
+        world: WorldLike,
         workflow: Any,
         run_id: str,
         input: Any,

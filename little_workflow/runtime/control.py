@@ -8,6 +8,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from ..errors import InputMismatchError, WorkflowMismatchError
 from ..world.ids import content_hash, new_run_id, validate_run_id
+from ..world.protocol import WorldLike
 from .cancel import acancel_run, cancel_run
 from .handles import RunHandle
 from .state import RunLog
@@ -18,7 +19,7 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def _world(world: Any) -> Any:
+def _world(world: WorldLike | str | None) -> WorldLike:
     from ..world import default_world, virtual_world
 
     if world is None:
@@ -26,7 +27,7 @@ def _world(world: Any) -> Any:
     return virtual_world(world) if isinstance(world, str) else world
 
 
-def _create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id: str | None) -> str:
+def _create_unless_exists(wf: Workflow[Any, Any], input: Any, world: WorldLike, run_id: str | None) -> str:
     """Create the run (validated first); an existing run with this id, workflow and input
     is a no-op. Plain blocking code: no event loop is needed to write four records."""
     from .context import RunContext
@@ -53,32 +54,32 @@ def _create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id
 
 
 @overload
-async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                           run_id: str | None = None, handle: Literal[False] = False) -> str: ...
 
 
 @overload
-async def astart_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+async def astart_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: WorldLike | str | None = None,
                           run_id: str | None = None, handle: Literal[True]) -> RunHandle[Out]: ...
 
 
-async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                           run_id: str | None = None, handle: bool = False) -> Any:
     """`start_workflow` for async code: the writes run in a worker thread."""
     return await asyncio.to_thread(_start, wf, input, world, run_id, handle)
 
 
 @overload
-def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                    run_id: str | None = None, handle: Literal[False] = False) -> str: ...
 
 
 @overload
-def start_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+def start_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: WorldLike | str | None = None,
                    run_id: str | None = None, handle: Literal[True]) -> RunHandle[Out]: ...
 
 
-def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                    run_id: str | None = None, handle: bool = False) -> Any:
     """Validate the input and create the run without executing it (a worker will);
     returns its run id, or with `handle=True` a `RunHandle` on it (`.result()` waits for
@@ -86,7 +87,7 @@ def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any
     return _start(wf, input, world, run_id, handle)
 
 
-def _start(wf: Workflow[In, Any], input: Any, world: Any, run_id: str | None,
+def _start(wf: Workflow[In, Any], input: Any, world: WorldLike | str | None, run_id: str | None,
            handle: bool) -> Any:
     world = _world(world)
     run_id = _create_unless_exists(wf, input, world, run_id)

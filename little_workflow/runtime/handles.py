@@ -26,6 +26,7 @@ from ..errors import (
 )
 from ..world.ids import validate_run_id
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from .api import resolve_world
 from .cancel import cancel_run
 from .signals import send_event
@@ -85,7 +86,7 @@ class AsyncWakeup:
             pass
 
 
-def read_log_after(world: Any, run_id: str, after: int) -> list[Event]:
+def read_log_after(world: WorldLike, run_id: str, after: int) -> list[Event]:
     """The run's events after `after`; RunNotFoundError when a whole-log read finds none."""
     events = world.list_events(run_id, after=after)
     if after == 0 and (not events or events[0].type != "run.created"):
@@ -102,7 +103,7 @@ class RunHandle(Generic[Out]):
     comes back as the model); without, it is the stored JSON.
     """
 
-    def __init__(self, world: Any, run_id: str, workflow: Workflow[Any, Out] | None = None):
+    def __init__(self, world: WorldLike, run_id: str, workflow: Workflow[Any, Out] | None = None):
         self.world = resolve_world(world)
         self.run_id = validate_run_id(run_id)
         self.workflow = workflow
@@ -212,14 +213,14 @@ class RunHandle(Generic[Out]):
 
 
 @overload
-def get_run(world: Any, run_id: str) -> RunHandle[Any]: ...
+def get_run(world: WorldLike, run_id: str) -> RunHandle[Any]: ...
 
 
 @overload
-def get_run(world: Any, run_id: str, *, workflow: Workflow[Any, Out]) -> RunHandle[Out]: ...
+def get_run(world: WorldLike, run_id: str, *, workflow: Workflow[Any, Out]) -> RunHandle[Out]: ...
 
 
-def get_run(world: Any, run_id: str, *, workflow: Workflow[Any, Any] | None = None) -> RunHandle[Any]:
+def get_run(world: WorldLike, run_id: str, *, workflow: Workflow[Any, Any] | None = None) -> RunHandle[Any]:
     """A handle on an existing run (`RunNotFoundError` when there is none). Give
     `workflow=` to get its result typed like that workflow's output; a run of another
     workflow is then a `WorkflowMismatchError`."""

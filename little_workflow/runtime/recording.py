@@ -11,8 +11,8 @@ from typing import Any
 
 from ..errors import IdempotencyConflictError, LeaseLostError
 from ..world import incarnations
-from ..world.core import World
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from .active_index import TERMINAL_EVENTS, mark_finished
 from .history import FREE_EVENTS, Key, RunHistory
 from .loops import may_block_loop
@@ -33,7 +33,7 @@ class RunRecorder:
     #: Why this execution must stop: another one started after it (read from the log).
     superseded: str | None = None
 
-    def __init__(self, *, world: World, run_id: str, log: RunLog):
+    def __init__(self, *, world: WorldLike, run_id: str, log: RunLog):
         self.world = world
         self.run_id = run_id
         self.log = log

@@ -18,6 +18,7 @@ from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, 
 from ..world.clock import from_iso, to_iso
 from ..world.ids import validate_run_id
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from .codec import PLAIN, Codec, ValueCodecError, encode_untyped
 from .state import TERMINAL_STATUSES, RunLog
 from .values import decode_stored, stored_value
@@ -124,7 +125,7 @@ async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None,
 
 
 def send_event(
-    world: Any, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
+    world: WorldLike, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
 ) -> Event:
     """Send the event `name` with `payload` to run `run_id` (appended to its log as
     `signal.received`). The same `idempotency_key` with the same name and payload again is

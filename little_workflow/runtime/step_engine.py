@@ -16,8 +16,8 @@ from ..errors import (
     StepFailedError,
     StepTimeoutError,
 )
-from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
+from ..world.protocol import WorldLike
 from ..world.vocabulary import INLINE_LIMIT
 from .codec import Codec, return_codec
 from .history import Key
@@ -50,7 +50,7 @@ class StepEngine(RunRecorder):
     """The stepping half of a RunContext (its base class): step paths, `step`, and how
     one step is served, replayed or executed."""
 
-    def __init__(self, *, world: World, run_id: str, log: RunLog, mode: Mode):
+    def __init__(self, *, world: WorldLike, run_id: str, log: RunLog, mode: Mode):
         super().__init__(world=world, run_id=run_id, log=log)
         self.mode = mode
         self._claimed: set[str] = set()

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import ReplayDivergenceError, SchemaValidationError, StepError
 from ..world.payloads import read_back
+from ..world.protocol import WorldLike
 from .codec import PLAIN, Codec, ValueCodecError, input_codec, return_codec
 
 

@@ -31,6 +31,7 @@ from ..errors import (
     WorkflowVersionError,
 )
 from ..world.clock import from_iso
+from ..world.protocol import WorldLike
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .loops import own
 from .retry import RetryBackoff
@@ -57,7 +58,7 @@ class Worker:
     SIGTERM/SIGINT when run in the main thread), `.run_until_idle()` returns when
     nothing is due. Runs of workflows it does not know are left alone."""
 
-    def __init__(self, world: Any, workflows: Iterable[Workflow], concurrency: int = 8,
+    def __init__(self, world: WorldLike, workflows: Iterable[Workflow], concurrency: int = 8,
                  sweep_seconds: float = SWEEP_SECONDS):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
