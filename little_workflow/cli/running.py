@@ -105,7 +105,7 @@ def run(target: str, input_json: str | None, run_id: str | None, as_json: bool,
     if before == "completed":
         click.echo(f"run {run_id} had already completed: this is its stored result "
                    "(nothing ran)", err=True)
-    # The output is what the workflow's return annotation types (DESIGN §16): shown as JSON.
+    # The output is what the workflow's return annotation types: shown as JSON.
     output = output_json(wf, result.output)
     if as_json:
         dump_json(result.model_copy(update={"output": output}).to_json_dict())

@@ -80,7 +80,7 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
 
 
 def _waits_for(waiting: dict[str, Any] | None, needs_version: str | None = None) -> str:
-    if needs_version:  # what it waits for first: code of its version (DESIGN §15)
+    if needs_version:  # what it waits for first: code of its version (runs are pinned)
         return f"code of version {needs_version} (a resume was refused)"
     if not waiting:
         return ""

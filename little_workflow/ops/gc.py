@@ -1,4 +1,4 @@
-"""Retention: delete finished runs older than a cutoff (DESIGN §12).
+"""Retention: delete finished runs older than a cutoff.
 
 A run is deleted with everything it owns — its events, the artifacts whose manifest
 names it (manifest and blob), and `runs/<runId>/` (scratch, step folders, kept plans).

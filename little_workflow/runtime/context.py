@@ -151,7 +151,7 @@ class RunContext(ParallelGroups):
         """The payload of the first event `name` sent to this run (`lw.send_event`) that
         no earlier wait took, or None once `timeout` seconds have passed. With `type=T`
         (a pydantic model, dataclass, or any annotation) the payload is decoded to a T,
-        on the first run as on resume and replay (DESIGN §16); one that does not fit is
+        on the first run as on resume and replay; one that does not fit is
         a StepError naming the wait and the type."""
         from .signals import wait_for_event
 

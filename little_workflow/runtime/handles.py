@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 Out = TypeVar("Out")
 
-#: What `RunHandle.status()` says (DESIGN §11's statuses; `created` until a worker starts it).
+#: What `RunHandle.status()` says (a run's statuses; `created` until a worker starts it).
 HandleStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled"]
 
 #: How often a handle (or a stream reader) re-reads the log of a run another process

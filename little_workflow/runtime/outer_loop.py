@@ -88,7 +88,7 @@ Supervisor = Callable[["CycleRecord", list["CycleRecord"]],
 
 def _typed(codec: Any, stored: Any) -> Any:
     """A cycle's input or output as the supervisor sees it: typed by the workflow's
-    annotations (DESIGN §16) when it fits them; the manifest keeps the JSON."""
+    annotations when it fits them; the manifest keeps the JSON."""
     if stored is None or codec.plain:
         return stored
     try:

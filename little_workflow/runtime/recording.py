@@ -26,8 +26,8 @@ class RunRecorder:
 
     watch: Any = None  # waiting.RunWatch while this process executes the run
     body_task: "asyncio.Task[Any] | None" = None  # the task running the workflow body
-    #: This execution's `start` (DESIGN §15), stamped on every record it appends; None
-    #: before its `run.started` (and in replay).
+    #: This execution's `start` (the fence of one executor per run), stamped on every
+    #: record it appends; None before its `run.started` (and in replay).
     incarnation: int | None = None
     started_sequence = 0  # the sequence of this execution's run.started
     #: Why this execution must stop: another one started after it (read from the log).
@@ -141,7 +141,8 @@ class RunRecorder:
         anyone else wrote since the last event folded: the next one is the hot path (no
         read); a jump means others got events in first — another process, `send_event`,
         `cancel_run`, a holder that lost its lease. Then storage decides: what this run
-        has not seen is read and folded in log order before the run goes on (DESIGN §13)."""
+        has not seen is read and folded in log order before the run goes on: the log is the
+        one truth every process reads."""
         with self._log_lock:
             last = self.log.last_sequence
             if event.sequence == last + 1:

@@ -107,7 +107,7 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
     """The run input as plain JSON — encoded by the annotation of the workflow's `input`
-    (DESIGN §16) — validated against the workflow's input schema."""
+    (a pydantic model becomes its JSON) — validated against the workflow's input schema."""
     try:
         frozen = encode_input(wf, input, run_id)
     except RecursionError:

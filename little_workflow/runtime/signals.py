@@ -131,8 +131,8 @@ def send_event(
     `signal.received`). The same `idempotency_key` with the same name and payload again is
     a no-op; with another one, `IdempotencyConflictError`. Unknown run:
     `RunNotFoundError`; finished run: `RunFinishedError`. A payload that is not JSON (a
-    pydantic model, a dataclass, a datetime...) is stored as its JSON (DESIGN §16), sets
-    sorted; one that cannot be is a TypeError."""
+    pydantic model, a dataclass, a datetime...) is stored as its JSON (typed again where
+    it is read), sets sorted; one that cannot be is a TypeError."""
     validate_run_id(run_id)
     if not isinstance(name, str) or not name:
         raise ValueError(f"an event name is a non-empty string, not {name!r}")

@@ -267,7 +267,7 @@ class RunResult(_Model, Generic[Out]):
       status       "completed" (a failed run raises `WorkflowFailedError` instead, with
                    `.run_id` and `.error`).
       output       what the workflow returned, typed by its return annotation (a
-                   pydantic model comes back as the model, DESIGN §16): the run stores
+                   pydantic model comes back as the model): the run stores
                    its JSON, which is checked against the output schema when it has one.
       workflow_id  the `id` of the workflow that ran.
       outer_loop_id, result_kind, cycles

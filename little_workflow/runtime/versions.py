@@ -1,4 +1,5 @@
-"""A run is pinned to the version of the code that created it (DESIGN §15).
+"""A run is pinned to the version of the code that created it: changed code never re-runs
+history.
 
 `run.created` records `version`: the decorator's `version=` when given, else the code's
 definition hash. A run written before runs recorded one holds only `definitionHash`, and

@@ -9,7 +9,7 @@ whose lock is held (`RunLockedError`), or that cannot run here for another reaso
 input no longer validates, its storage failed), is tried again after a capped
 exponential backoff (see retry.py), reported once when it becomes blocked and once when
 it runs again. A run this worker's code may not run (pinned to another version, or its log
-diverges from the code: DESIGN §15) is left alone and reported once.
+diverges from the code: changed code never re-runs history) is left alone and reported once.
 """
 
 from __future__ import annotations
@@ -211,7 +211,8 @@ class Worker:
             self._backoff.ran(run_id)
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
         except (WorkflowVersionError, ReplayDivergenceError) as e:
-            # This code may not run it, now or later: left to other code (DESIGN §15).
+            # This code may not run it, now or later: left to other code (changed code never
+            # re-runs a run's history).
             self._backoff.refused(run_id, e, last_sequence)
         except LittleWorkflowError as e:
             # Not run (its lock is held, its input no longer validates, the storage
