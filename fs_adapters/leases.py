@@ -25,11 +25,18 @@ import time
 import uuid
 from typing import ClassVar, Protocol
 
-from little_workflow.errors import LeaseLostError, RunLockedError, StorageError
+from little_workflow.errors import (
+    LeaseLostError,
+    RunLockedError,
+    StorageError,
+    StorageUnreachableError,
+)
 from little_workflow.world.ids import utc_now_iso
 
 #: How many times `acquire` looks again after losing a race for the lock object.
 ACQUIRE_ROUNDS = 20
+#: Writes without an answer (timeouts) an acquire tries before it gives up.
+UNANSWERED_ROUNDS = 3
 
 
 def lease_from_env(default: float = 30.0) -> float:
@@ -187,12 +194,24 @@ class LeasedLocks:
     def acquire(self, name: str, label: str) -> str:
         path = self._path(name)
         token = uuid.uuid4().hex
+        # A write that got no answer may have landed: from the first such write on, the
+        # lease may already run at the store, so the deadline counts from it.
+        unanswered: float | None = None
+        last_unanswered: StorageUnreachableError | None = None
+        no_answers = 0
         for attempt in range(ACQUIRE_ROUNDS):
-            started = local_clock()
+            started = local_clock() if unanswered is None else unanswered
             try:
                 etag = self.store.create(path, self._record(token, 1, "held"))
                 generation = 1
             except TryAgain:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            except StorageUnreachableError as e:
+                unanswered, last_unanswered = started, e
+                no_answers += 1
+                if no_answers >= UNANSWERED_ROUNDS:
+                    raise  # the store is down, not slow
                 time.sleep(0.05 * (attempt + 1))
                 continue
             except LockChanged:
@@ -200,18 +219,29 @@ class LeasedLocks:
                 if found is None:
                     continue  # released and removed meanwhile: race to create again
                 prior = found.record
-                if not self._expired(found):
+                if prior.token == token and prior.state == "held":
+                    # Our own earlier write landed, its answer was lost: keep it.
+                    etag, generation = found.etag, prior.generation
+                elif not self._expired(found):
                     raise RunLockedError(
                         label, prior.pid,
                         f" on host {prior.host} (lease generation {prior.generation})") from None
-                # Free or expired: take it over, exactly that version of it.
-                started = local_clock()
-                try:
-                    etag = self.store.replace(
-                        path, self._record(token, prior.generation + 1, "held"), found.etag)
-                    generation = prior.generation + 1
-                except (LockChanged, TryAgain):
-                    continue  # another contender won this round: look again
+                else:
+                    # Free or expired: take it over, exactly that version of it.
+                    if unanswered is None:
+                        started = local_clock()
+                    try:
+                        etag = self.store.replace(
+                            path, self._record(token, prior.generation + 1, "held"), found.etag)
+                        generation = prior.generation + 1
+                    except (LockChanged, TryAgain):
+                        continue  # another contender won this round: look again
+                    except StorageUnreachableError as e:
+                        unanswered, last_unanswered = started, e
+                        no_answers += 1
+                        if no_answers >= UNANSWERED_ROUNDS:
+                            raise  # the store is down, not slow
+                        continue  # the next round finds out whether it landed
             lease = _Lease(name=name, label=label, path=path, token=token,
                            generation=generation, etag=etag,
                            deadline=started + self.lease_seconds - self.margin)
@@ -221,6 +251,8 @@ class LeasedLocks:
                                             name=f"lease-{name[:8]}", daemon=True)
             lease.thread.start()
             return token
+        if last_unanswered is not None:
+            raise last_unanswered
         raise RunLockedError(label, None, f" (could not take {self.store.url(path)})")
 
     def _renew(self, lease: _Lease) -> None:

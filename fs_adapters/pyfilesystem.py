@@ -336,6 +336,13 @@ class PyFilesystemFS(AbstractFileSystem):
         the directory fsyncs they skipped)."""
         self._local.sync()
 
+    def make_durable(self, path: str) -> None:
+        """Make the names in folder `path` durable, whoever published them (another
+        process's `durable=False` events, before a run summary folds them)."""
+        path = self._strip_protocol(path)
+        if self.pyfs.hassyspath(path):
+            self._local.make_durable(self.pyfs.getsyspath(path))
+
     def cross_process_locks(self, root: str) -> Any:
         """Kernel locks under the data dir where it has a system path (OSFS) on the real
         disk; elsewhere None (run locks in the process only)."""

@@ -227,3 +227,46 @@ def test_a_lock_the_store_refuses_is_a_storage_error_naming_it_not_a_held_run(st
             pass
     assert not isinstance(info.value, lw.RunLockedError)
     assert root.partition("/")[0] in str(info.value)
+
+
+class AnswerLostOnce:
+    """The store, as a host sees it when the network drops one answer: the first write
+    reaches the store and lands, its reply never comes back (a read timeout)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.lost = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def create(self, path: str, record: Any) -> str:
+        etag = self.store.create(path, record)
+        if self.lost == 0:
+            self.lost += 1
+            raise lw.StorageUnreachableError(self.store.url(path), "writing the run lock failed: "
+                                             "Timeout on reading data from socket")
+        return etag
+
+
+def test_a_lock_write_whose_answer_is_lost_is_found_and_kept(store):
+    """A timed-out create may have landed: the holder looks again, finds its own token
+    and keeps the lock (not a StorageError, and never `RunLockedError` against itself)."""
+    root = store.new_root()
+    a = lw.virtual_world(store.filesystem(), root)
+    b = lw.virtual_world(store.filesystem(), root)  # another host
+    locks = a.publisher.cross_process_locks(root)
+    locks.store = AnswerLostOnce(locks.store)
+    name = run_lock_name("run_lost_answer")
+    token = locks.acquire(name, "run_lost_answer")
+    try:
+        assert locks.store.lost == 1
+        assert locks.generation(token) == 1
+        locks.check(name, token)
+        with pytest.raises(lw.RunLockedError, match="generation 1"):
+            with b.run_lock("run_lost_answer"):
+                pass
+    finally:
+        locks.release(name, token)
+    with b.run_lock("run_lost_answer"):
+        assert lock_doc(store.filesystem(), root, "run_lost_answer")["generation"] == 2

@@ -22,7 +22,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 import little_workflow as lw
 from fs_adapters.pyfilesystem import PyFilesystemFS
-from little_workflow.testing import PowerCutPosix, SimulatedCrash, power_cut_filesystem
+from little_workflow.testing import FakeClock, PowerCutPosix, SimulatedCrash, power_cut_filesystem
 
 LEDGER: list[str] = []  # every real step call: "<runId>:<stepPath>"
 ACKED: list[str] = []  # steps whose ctx.step / ctx.parallel returned to the workflow body
@@ -124,6 +124,14 @@ def cut_then_resume(make_world, make_fresh, cut_after: int) -> list[str]:
     return problems
 
 
+def still_clock() -> FakeClock:
+    """Time that stands still while the reference runs: the run catalogue files entries in
+    folders by createdAt, so with the wall clock a run that crosses a second boundary makes
+    more folders (and more operations) than one that does not, and the count of operations
+    would differ between the counting run and the cut runs."""
+    return FakeClock(start=1_800_000_000.5)
+
+
 def cut_everywhere(label: str, tmp_path, make_world, make_fresh) -> None:
     """Count the reference run's operations, then cut the power after each one in turn.
 
@@ -170,7 +178,7 @@ def disk_dir(tmp_path):
 
 def test_power_cut_after_every_operation_local_file_virtual_world(disk_dir):
     def make_world(posix, data_dir):
-        return lw.virtual_world(power_cut_filesystem(posix), data_dir)
+        return lw.virtual_world(power_cut_filesystem(posix), data_dir, clock=still_clock())
 
     def make_fresh(data_dir):
         return lw.virtual_world(LocalFileSystem(skip_instance_cache=True), data_dir)
@@ -188,7 +196,8 @@ def osfs():
 
 def test_power_cut_after_every_operation_pyfilesystem_osfs(disk_dir, osfs):
     def make_world(posix, data_dir):
-        return lw.virtual_world(PyFilesystemFS(osfs(data_dir), posix=posix), "/wf")
+        return lw.virtual_world(PyFilesystemFS(osfs(data_dir), posix=posix), "/wf",
+                                clock=still_clock())
 
     def make_fresh(data_dir):
         return lw.virtual_world(PyFilesystemFS(osfs(data_dir)), "/wf")

@@ -116,13 +116,29 @@ def verify(as_json: bool, repair: bool, world: WorldLike) -> None:
         for where, problems in report.problems.items():
             for p in problems:
                 click.echo(f"{where}: {p}")
-        if report.catalogue_stale:
-            click.echo(f"catalogue: {len(report.catalogue_stale)} run summaries lag behind their "
-                       "logs (little verify --repair brings them up to date): "
-                       + " ".join(report.catalogue_stale[:10]))
+        _echo_catalogue(report)
         click.echo("ok" if report.ok else f"{sum(map(len, report.problems.values()))} problems")
     if not report.ok:
         sys.exit(1)
+
+
+def _echo_catalogue(report: Any) -> None:
+    """Where the run catalogue disagrees with the logs, each kind on its line."""
+    def line(found: list[str], what: str) -> None:
+        if found:
+            more = f" (and {len(found) - 10} more)" if len(found) > 10 else ""
+            click.echo(f"catalogue: {len(found)} {what}: " + " ".join(found[:10]) + more)
+
+    line(report.catalogue_stale, "run summaries lag behind their logs")
+    line(report.catalogue_missing, "runs have no summary")
+    line(report.catalogue_ghosts, "summaries name a run whose log is gone")
+    if report.catalogue_wrong_entries:
+        click.echo(f"catalogue: {len(report.catalogue_wrong_entries)} index entries are wrong:")
+        for entry in report.catalogue_wrong_entries[:10]:
+            click.echo(f"  {entry}")
+    if not report.catalogue_agrees:
+        click.echo("catalogue: little verify --repair brings it in line with the logs "
+                   "(the logs are whole: nothing is lost)")
 
 
 @click.command("gc")
@@ -142,5 +158,8 @@ def gc_command(older_than: float, statuses: tuple[str, ...], dry_run: bool, worl
         click.echo(f"{verb} {run_id}")
     for run_id, why in sorted(report.skipped.items()):
         click.echo(f"skipped {run_id}: {why}")
+    for run_id in report.catalogue_ghosts:
+        click.echo(f"{'would drop' if dry_run else 'dropped'} the catalogue summary of {run_id} "
+                   "(its log is gone)")
     click.echo(f"{verb} {len(report.run_ids)} runs, "
                f"{'would free' if dry_run else 'freed'} {report.bytes_freed} bytes")

@@ -35,10 +35,13 @@ class GcReport:
     dry_run: bool = False
     #: Old finished runs left alone, and why (their lock is held, their log is unreadable).
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Catalogue summaries met whose run has no log any more (dropped unless `dry_run`).
+    catalogue_ghosts: list[str] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"runIds": self.run_ids, "bytesFreed": self.bytes_freed,
-                "dryRun": self.dry_run, "skipped": self.skipped}
+                "dryRun": self.dry_run, "skipped": self.skipped,
+                "catalogueGhosts": self.catalogue_ghosts}
 
 
 def parse_age(text: str) -> float:
@@ -76,6 +79,9 @@ def gc(
             continue
         try:
             events = world.list_events(run_id)
+            if not events:
+                _drop_ghost(world, run_id, report)
+                continue
             status = next((TERMINAL_STATUS[e.type] for e in events if e.type in TERMINAL_STATUS),
                           None)
             if status is None or status not in wanted:
@@ -111,6 +117,22 @@ def _old_finished_runs(world: WorldLike, wanted: frozenset[str], cutoff: float) 
         if page.next_cursor is None:
             return found[::-1]
         cursor = page.next_cursor
+
+
+def _drop_ghost(world: WorldLike, run_id: str, report: GcReport) -> None:
+    """A summary the catalogue lists whose run has no log (its deletion was cut, or a
+    late summary write landed after it): dropped, under the run's lock so that a run
+    created again under its id meanwhile keeps its own."""
+    report.catalogue_ghosts.append(run_id)
+    if report.dry_run:
+        return
+    try:
+        with world.run_lock(run_id):
+            if not world.list_events(run_id):
+                world.catalogue.forget(run_id)
+    except RunLockedError:
+        report.catalogue_ghosts.remove(run_id)
+        report.skipped[run_id] = "its lock is held (it is in use)"
 
 
 def _delete(world: WorldLike, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:

@@ -25,8 +25,9 @@ from ..world.protocol import WorldLike
 from ..world.vocabulary import FINISHED_STATUSES
 from .inspect import render_page, run_page_data
 
-#: Runs per page of the runs list.
+#: Runs per page of the runs list, and the most a `limit=` in the URL may ask for.
 PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
 
 
 class RunsIndex:
@@ -41,7 +42,8 @@ class RunsIndex:
         """One page of rows for `query` (`status`, `workflow`, `cursor`, `limit`) and the
         cursor of the next page."""
         q = query or {}
-        limit = int(q["limit"]) if q.get("limit", "").isdigit() and int(q["limit"]) > 0 else PAGE_SIZE
+        asked = q.get("limit", "")
+        limit = min(int(asked), MAX_PAGE_SIZE) if asked.isdigit() and int(asked) > 0 else PAGE_SIZE
         with self.lock:
             page = lw.list_runs(self.world, status=q.get("status") or None,
                                 workflow_id=q.get("workflow") or None,
@@ -108,7 +110,7 @@ def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
                            "application/json; charset=utf-8")
 
         def own_origin(self) -> bool:
-            port = self.server.server_address[1]
+            port = int(self.server.server_address[1])  # type: ignore[index]
             host = (self.headers.get("Host") or "").strip().lower()
             return host in (f"127.0.0.1:{port}", f"localhost:{port}")
 
@@ -151,6 +153,11 @@ def make_handler(index: RunsIndex) -> type[BaseHTTPRequestHandler]:
                 self.send_body(404, f"{e}\n", "text/plain; charset=utf-8")
             except lw.CatalogueQueryError as e:
                 self.send_body(400, f"{e}\n", "text/plain; charset=utf-8")
+            except lw.LittleWorkflowError as e:
+                # A run whose log is damaged, a storage failure: said, not a dropped connection.
+                what = f"run {parts[-1]}" if len(parts) >= 2 and parts[-2] == "runs" else "this page"
+                self.send_body(500, f"{what} cannot be shown: {type(e).__name__}: {e}\n",
+                               "text/plain; charset=utf-8")
 
     return Handler
 
@@ -165,7 +172,7 @@ def make_server(world: WorldLike, port: int = 8765) -> ThreadingHTTPServer:
 def serve(world: WorldLike, *, port: int = 8765, say: Callable[[str], None] = print) -> None:
     """Serve until interrupted (Ctrl-C)."""
     server = make_server(world, port)
-    host, bound = server.server_address[:2]
+    host, bound = str(server.server_address[0]), int(server.server_address[1])
     say(f"little ui: http://{host}:{bound}/  (Ctrl-C to stop)")
     try:
         server.serve_forever(poll_interval=0.2)

@@ -29,23 +29,31 @@ def cancel_run(world: WorldLike, run_id: str, reason: str | None = None) -> None
         raise RunFinishedError(run_id, log.status, "run.cancel_requested")
     if log.cancel_requested is None:
         world.append_event(run_id, "run.cancel_requested", {"reason": reason})
-    for sub in log.sub_runs.values():
+    cancel_sub_runs(world, run_id, log, reason)
+    try:
+        with world.run_lock(run_id):
+            # Nobody runs it: end it here (a waiting or unstarted run), its sub-runs
+            # asked first (one may have started since the log was read above).
+            log = RunLog.fold(run_id, world.list_events(run_id))
+            if log.status not in TERMINAL_STATUSES:
+                cancel_sub_runs(world, run_id, log, reason)
+                world.append_event(run_id, "run.cancelled", {"reason": requested_reason(log)})
+                mark_finished(world, run_id)
+    except RunLockedError:
+        pass  # its runner sees the request and ends the run
+    notify_run(world, run_id)
+
+
+def cancel_sub_runs(world: WorldLike, run_id: str, log: RunLog, reason: str | None) -> None:
+    """`cancel_run` each sub-run `log` started and did not see finish (ended at once
+    when nobody executes it, and its own sub-runs with it)."""
+    for sub in list(log.sub_runs.values()):
         sub_id = sub.get("subRunId")
         if sub.get("status") != "succeeded" and isinstance(sub_id, str):
             try:
                 cancel_run(world, sub_id, reason or f"parent run {run_id} was cancelled")
             except (RunNotFoundError, RunFinishedError):
                 pass  # never started, or already over
-    try:
-        with world.run_lock(run_id):
-            # Nobody runs it: end it here (a waiting or unstarted run).
-            log = RunLog.fold(run_id, world.list_events(run_id))
-            if log.status not in TERMINAL_STATUSES:
-                world.append_event(run_id, "run.cancelled", {"reason": requested_reason(log)})
-                mark_finished(world, run_id)
-    except RunLockedError:
-        pass  # its runner sees the request and ends the run
-    notify_run(world, run_id)
 
 
 async def acancel_run(world: WorldLike, run_id: str, reason: str | None = None) -> None:

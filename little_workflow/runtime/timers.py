@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import ClockStalledError, ReplayDivergenceError, StepError
 from ..world.clock import from_iso, to_epoch, to_iso
-from .waiting import RunSuspended
 from .values import stored_value
+from .waiting import RunSuspended
 
 
 def _check_cancel(ctx: Any) -> None:

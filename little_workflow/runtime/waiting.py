@@ -21,9 +21,11 @@ import threading
 import time
 from typing import Any
 
-from ..errors import RunCancelledError
+from ..errors import LittleWorkflowError, RunCancelledError
 from ..world.models import Event
 from ..world.protocol import WorldLike
+from .loops import may_block_loop
+from .state import TERMINAL_STATUSES, RunLog
 
 #: How often a blocked run (or a step boundary) looks for other processes' writes.
 POLL_SECONDS = 1.0
@@ -218,13 +220,47 @@ def requested_reason(log: Any) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
+def request_sub_run_cancels(world: WorldLike, log: Any, reason: str) -> None:
+    """Ask every sub-run `log` started and did not see finish to cancel
+    (`run.cancel_requested`; whoever executes it next ends it cancelled). Idempotent:
+    a sub-run finished or already asked is left alone."""
+    for sub in list(log.sub_runs.values()):
+        sub_id = sub.get("subRunId")
+        if sub.get("status") == "succeeded" or not isinstance(sub_id, str):
+            continue
+        try:
+            sub_log = RunLog.fold(sub_id, world.list_events(sub_id))
+            if sub_log.created is None or sub_log.status in TERMINAL_STATUSES \
+                    or sub_log.cancel_requested is not None:
+                continue
+            world.append_event(sub_id, "run.cancel_requested", {"reason": reason})
+        except LittleWorkflowError:
+            continue  # finished meanwhile, or deleted: nothing left to cancel
+        notify_run(world, sub_id)
+
+
+async def end_cancelled(ctx: Any) -> None:
+    """Append `run.cancelled` — after asking the run's unfinished sub-runs to cancel, so
+    that a process killed in between leaves a run whose next executor asks again, never
+    a cancelled run with a sub-run nobody will stop."""
+    reason = requested_reason(ctx.log)
+    world = ctx.world
+    if ctx.log.sub_runs:
+        why = f"parent run {ctx.run_id} was cancelled" + (f": {reason}" if reason else "")
+        if world.blocking and not may_block_loop():
+            await asyncio.to_thread(request_sub_run_cancels, world, ctx.log, why)
+        else:
+            request_sub_run_cancels(world, ctx.log, why)
+    await ctx.append("run.cancelled", {"reason": reason})
+
+
 async def cancelled_on_entry(ctx: Any) -> None:
     """A cancelled run never runs again; a requested cancellation ends it here."""
     log = ctx.log
     if log.status == "cancelled":
         raise RunCancelledError(ctx.run_id, requested_reason(log))
     if log.cancel_requested is not None:
-        await ctx.append("run.cancelled", {"reason": requested_reason(log)})
+        await end_cancelled(ctx)
         raise RunCancelledError(ctx.run_id, requested_reason(log))
 
 
@@ -252,5 +288,5 @@ async def finish_if_cancelled(ctx: Any) -> None:
         watch.task.uncancel()  # this cancellation was ours and is handled here
         watch.cancel_issued = False
     if ctx.log.status != "cancelled":  # else the canceller ended it (it held no lock)
-        await ctx.append("run.cancelled", {"reason": requested_reason(ctx.log)})
+        await end_cancelled(ctx)
     raise RunCancelledError(ctx.run_id, requested_reason(ctx.log))

@@ -138,6 +138,9 @@ class Worker:
                 # Remembered as finished only while the entry stays: once it is gone,
                 # the same id listed again is a new run (deleted and created again).
                 self._logs.pop(run_id, None)
+                if run_id not in self._finished and self.world.catalogue is not None:
+                    # It may also have died before the run's summary caught up: settle it.
+                    self.world.catalogue.settle(run_id)
                 if not self._unindex(run_id):
                     self._finished.add(run_id)
                 continue
@@ -252,7 +255,11 @@ class Worker:
             fut = self._pool.submit(self._execute, run_id, wf, self._input(run_log),
                                     run_log.last_sequence)
             self._in_flight[run_id] = fut
-            fut.add_done_callback(lambda _f, rid=run_id: self._done(rid))
+
+            def finished(_future: Any, rid: str = run_id) -> None:
+                self._done(rid)
+
+            fut.add_done_callback(finished)
             started += 1
         return started
 

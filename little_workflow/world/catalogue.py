@@ -1,35 +1,34 @@
 """The run catalogue (DESIGN §14): one summary per run, kept as events are appended, so
 that a page of runs costs O(limit), not O(runs).
 
-- The summary is derived **once**, here: `summary_change` says what one event changes
-  (most events change nothing) and `apply_change` folds that into a summary. Every backend
-  keeps the same summary document.
-- local_world keeps it in the `runs` table of events.db, written in the same transaction
-  as the event that changes it (`SqliteCatalogue`, called by `SqliteEventStore`).
-- File and object-store Worlds keep `catalogue/runs/<runId>.json` plus key indexes whose
-  names sort newest first (`FileCatalogue`); a listing reads one page of keys
-  (`Publisher.list_page`) and then the summaries it names.
-- The log stays the truth: a summary is written only after its event is published, so it
-  may lag (a crash in between) but never shows a status the log does not have. A lagging
-  summary is re-folded from the log by the next status change of that run, by
-  `little verify --repair` (`rebuild`), and a World made before the catalogue existed
-  gets one built when it is first opened.
+This module holds what every World shares, and local_world's part:
+
+- what a caller gets (`RunSummary`, `RunPage`) and asks (`list_runs`, `RunQuery`, the
+  cursor): every argument checked once, a bad one is `CatalogueQueryError`;
+- the fold, written once: `summary_change` says what one event changes in its run's
+  summary (most events: nothing), `apply_change` folds that in, `fold_envelopes` a log;
+- local_world's `runs` table in events.db, written in the same transaction as the event
+  that changes it (`SqliteCatalogue`, called by `SqliteEventStore`);
+- `SummaryTracker`: what this process folded of each run since it wrote its summary.
+
+File and object-store Worlds keep summary documents and key indexes: file_catalogue.py
+(its docstring is the write protocol that keeps them honest through cuts and races).
+The log stays the truth: a summary is written only after its event is published, so it
+may lag (a crash in between) but never shows a status the log does not have.
 """
 
 from __future__ import annotations
 
 import base64
-import bisect
 import json
 import sys
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from ..errors import CatalogueQueryError
-from .ids import RUN_ID_RE, sha256_hex
-from .publish import Publisher
+from .ids import RUN_ID_RE
 
 #: "unknown" is a run whose log has no lifecycle (no `run.created`): one that only holds
 #: data, e.g. a LangGraph thread (`OWNER_EVENTS`), as `materialize_run_state` says too.
@@ -224,6 +223,21 @@ def fold_envelopes(run_id: str, envelopes: Iterable[dict[str, Any]]) -> dict[str
     return summary
 
 
+#: The fields a stored summary must share with the fold of its log.
+SUMMARY_FIELDS = ("status", "workflowId", "createdAt", "waiting", "error", "parentRunId")
+
+
+def summary_lags(found: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """Whether a stored summary says other than the fold of its whole log (`expected`).
+    A step count rides with the next status change, so it may trail while a run runs;
+    a `pending` mark whose event is in the log is a change not written yet."""
+    fields = SUMMARY_FIELDS + (("steps",) if expected["status"] in FINISHED_STATUSES else ())
+    mark = found.get("pending")
+    landed = isinstance(mark, dict) and isinstance(mark.get("sequence"), int) \
+        and int(found.get("sequence") or 0) < mark["sequence"] <= int(expected["sequence"])
+    return landed or any(found.get(k) != expected.get(k) for k in fields)
+
+
 def summary_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -253,8 +267,10 @@ class RunQuery:
             return False
         if self.before_us is not None and us >= self.before_us:
             return False
-        if self.position is not None and order_key(us, doc["runId"]) <= order_key(*self.position):
-            return False
+        if self.position is not None:
+            # Newest first, ties by run id: only what comes after the cursor's run.
+            at_us, at_run = self.position
+            return us < at_us or (us == at_us and doc["runId"] > at_run)
         return True
 
 
@@ -275,17 +291,32 @@ def encode_cursor(us: int, run_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+#: The largest page `list_runs` hands out (a caller wanting more pages with the cursor).
+MAX_LIMIT = 10_000
+#: Cursors are short: anything longer was not handed out (and is not worth decoding).
+MAX_CURSOR_CHARS = 1000
+#: Positions a cursor may hold: far wider than any clock, narrower than SQLite's integers.
+MAX_POSITION_US = 2**62
+
+
 def decode_cursor(cursor: str) -> tuple[int, str]:
+    def refuse() -> CatalogueQueryError:
+        shown = cursor if len(cursor) <= 60 else cursor[:57] + "..."
+        return CatalogueQueryError(
+            "cursor", f"{shown!r} is not a cursor list_runs handed out (pass next_cursor as it is)")
+
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise refuse()
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        version, us, run_id = json.loads(raw)
-        if version != 1 or type(us) is not int or not RUN_ID_RE.fullmatch(run_id):
-            raise ValueError
-        return us, run_id
-    except (ValueError, TypeError, UnicodeDecodeError):
-        raise CatalogueQueryError(
-            "cursor", f"{cursor!r} is not a cursor list_runs handed out (pass next_cursor as it is)"
-        ) from None
+        value = json.loads(raw)
+    except (ValueError, RecursionError):  # bad base64 or JSON (UnicodeDecodeError is one)
+        raise refuse() from None
+    if not (isinstance(value, list) and len(value) == 3 and value[0] == 1
+            and type(value[1]) is int and -MAX_POSITION_US <= value[1] <= MAX_POSITION_US
+            and isinstance(value[2], str) and RUN_ID_RE.fullmatch(value[2])):
+        raise refuse()
+    return value[1], value[2]
 
 
 def _moment(name: str, value: Any) -> int | None:
@@ -293,27 +324,61 @@ def _moment(name: str, value: Any) -> int | None:
         return None
     if not isinstance(value, datetime):
         raise CatalogueQueryError(name, f"expected an aware datetime, got {type(value).__name__}")
-    if value.tzinfo is None:
-        raise CatalogueQueryError(name, "the datetime has no timezone (use tzinfo=timezone.utc)")
-    return micros(value)
+    try:
+        offset = value.utcoffset()
+        if offset is None:
+            raise CatalogueQueryError(name, "the datetime has no timezone (use tzinfo=timezone.utc)")
+        # On timedeltas: exact for every datetime from year 1 to 9999, whatever its offset.
+        return ((value.replace(tzinfo=None) - _EPOCH_NAIVE) - offset) // _ONE_US
+    except CatalogueQueryError:
+        raise
+    except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
+        raise CatalogueQueryError(name, f"the datetime's timezone cannot be read: {e}") from None
+
+
+_EPOCH_NAIVE = datetime(1970, 1, 1)
+
+
+def _text(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise CatalogueQueryError(name, f"expected a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CatalogueQueryError(name, f"{value!r} is not valid text (a lone surrogate)") from None
+    return value
+
+
+def _statuses(status: Any) -> tuple[str, ...] | None:
+    if status is None:
+        return None
+    if isinstance(status, str):
+        items: tuple[Any, ...] = (status,)
+    elif isinstance(status, (bytes, bytearray, dict)) or not hasattr(status, "__iter__"):
+        raise CatalogueQueryError("status", f"a status or a list of statuses, not {type(status).__name__}")
+    else:
+        items = tuple(status)
+    for s in items:
+        if not isinstance(s, str) or s not in STATUSES:
+            raise CatalogueQueryError("status", f"unknown status {s!r}; one of {', '.join(STATUSES)}")
+    if not items:
+        raise CatalogueQueryError("status", "an empty list matches nothing; pass None for all")
+    return tuple(sorted(set(items)))
 
 
 def build_query(*, status: Any, workflow_id: Any, created_after: Any, created_before: Any,
                 parent_run_id: Any, limit: Any, cursor: Any) -> RunQuery:
-    statuses: tuple[str, ...] | None = None
-    if status is not None:
-        items = (status,) if isinstance(status, str) else tuple(status)
-        for s in items:
-            if s not in STATUSES:
-                raise CatalogueQueryError("status", f"unknown status {s!r}; one of {', '.join(STATUSES)}")
-        if not items:
-            raise CatalogueQueryError("status", "an empty list matches nothing; pass None for all")
-        statuses = tuple(sorted(set(items)))
-    if type(limit) is not int or limit < 1:
-        raise CatalogueQueryError("limit", f"must be an integer of at least 1, not {limit!r}")
-    for name, value in (("workflow_id", workflow_id), ("parent_run_id", parent_run_id)):
-        if value is not None and not isinstance(value, str):
-            raise CatalogueQueryError(name, f"expected a string, got {type(value).__name__}")
+    statuses = _statuses(status)
+    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
+        raise CatalogueQueryError("limit", f"must be an integer from 1 to at most {MAX_LIMIT} "
+                                  f"(page on with the cursor), not {limit!r}")
+    workflow_id = _text("workflow_id", workflow_id)
+    parent_run_id = _text("parent_run_id", parent_run_id)
+    if parent_run_id is not None and not RUN_ID_RE.fullmatch(parent_run_id):
+        raise CatalogueQueryError("parent_run_id", f"{parent_run_id!r} is not a run id "
+                                  "(run_ followed by 1 to 80 letters, digits, _ or -)")
     if cursor is not None and not isinstance(cursor, str):
         raise CatalogueQueryError("cursor", f"expected the string next_cursor, got {type(cursor).__name__}")
     return RunQuery(statuses=statuses, workflow_id=workflow_id, parent_run_id=parent_run_id,
@@ -414,8 +479,12 @@ class SqliteCatalogue:
                 continue
             row = conn.execute("SELECT doc FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             old = json.loads(row[0]) if row is not None else None
-            summary, old = tracker.resolve(
-                run_id, c, old, lambda: SqliteCatalogue.fold_run(conn, run_id, c.through))
+            through = c.through
+
+            def fold_log(run_id: str = run_id, through: int = through) -> dict[str, Any] | None:
+                return SqliteCatalogue.fold_run(conn, run_id, through)
+
+            summary, old = tracker.resolve(run_id, c, old, fold_log)
             if summary is None:
                 continue
             if old is not None and old.get("createdAt") == summary["createdAt"] \
@@ -447,7 +516,8 @@ class SqliteCatalogue:
 
     @staticmethod
     def page(conn: Any, q: RunQuery, limit: int) -> list[dict[str, Any]]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if q.statuses is not None:
             where.append(f"status IN ({','.join('?' * len(q.statuses))})")
             args.extend(q.statuses)
@@ -515,8 +585,23 @@ class StoreCatalogue:
     def summary(self, run_id: str) -> dict[str, Any] | None:
         return self.store.query(lambda conn: SqliteCatalogue.summary(conn, run_id))
 
+    #: Summaries are written in the transaction of their events: none is ever lost.
+    write_errors: tuple[BaseException, ...] = ()
+
+    def settle(self, run_id: str) -> dict[str, Any] | None:
+        """The run's summary: in SQLite it never lags its log (one transaction)."""
+        return self.summary(run_id)
+
+    def summarized_runs(self) -> list[str]:
+        return self.store.query(
+            lambda conn: [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")])
+
+    def entry_problems(self, docs: dict[str, dict[str, Any]], now: float) -> list[str]:
+        """SQLite keeps its indexes itself: nothing to check."""
+        return []
+
     def rebuild(self, run_ids: list[str] | None = None, *,
-                progress: Callable[[int], None] | None = None) -> int:
+                progress: Callable[[int], None] | None = None, now: float | None = None) -> int:
         if run_ids is None and progress is None:
             total = self.store.query(
                 lambda conn: conn.execute("SELECT COUNT(DISTINCT run_id) FROM events").fetchone()[0])
@@ -533,27 +618,25 @@ class StoreCatalogue:
             self.store.catalogue_needs_build = False
 
 
-# --- file and object-store Worlds: summary documents and key indexes ----------------------------
+# --- what this process folded of each run ----------------------------------------------------
 
-CATALOGUE_DIR = "catalogue"
-MARKER = f"{CATALOGUE_DIR}/built.json"
-#: The marker's content: a World whose marker differs (none, or an older layout) is built.
-MARKER_DOC = b'{"version": 2}'
-#: The folders above an index entry, as digit ranges of its order key: buckets of
-#: ~11.6 days, ~16.7 minutes and 1 second of created_at, named so that every level sorts
-#: newest first. Where a store cannot list from a key, a page lists the newest folders
-#: one at a time until it has its runs — it reads O(limit + a bucket), not the index.
-BUCKETS = ((0, 4), (4, 7), (7, 10))
 #: In-memory summaries kept per World storage (runs in flight), at most this many.
 CACHE_LIMIT = 4096
 
 
 @dataclass
-class _Cached:
+class CachedSummary:
     summary: dict[str, Any] | None  # None: not known here; folded from the log when written
     written: int | None  # `sequence` of the summary this process last wrote (or saw)
     through: int  # every event up to this one is folded into `summary`
     dirty: bool = False  # a status change not written yet
+    #: File catalogues (file_catalogue.py): the document as this process last wrote (or
+    #: read) it; and for the status change at `intended_for`, the `pending` mark written
+    #: over it and the index folders given entries before the event was published.
+    stored: dict[str, Any] | None = None
+    pending: dict[str, Any] | None = None
+    intended: frozenset[str] = frozenset()
+    intended_for: int | None = None
 
 
 class SummaryTracker:
@@ -566,8 +649,29 @@ class SummaryTracker:
     instead — the log stays the truth. Bounded: an entry dropped costs one fold later."""
 
     def __init__(self) -> None:
-        self._runs: dict[str, _Cached] = {}
+        self._runs: dict[str, CachedSummary] = {}
         self._lock = threading.Lock()
+
+    def get(self, run_id: str) -> CachedSummary | None:
+        return self._runs.get(run_id)
+
+    def _fresh(self, run_id: str, through: int) -> CachedSummary:
+        c = CachedSummary(None, None, through)
+        with self._lock:
+            self._runs.pop(run_id, None)
+            if len(self._runs) >= CACHE_LIMIT:
+                self._runs.pop(next(iter(self._runs)))
+            self._runs[run_id] = c
+        return c
+
+    def expect(self, run_id: str, sequence: int, stored: dict[str, Any] | None,
+               pending: dict[str, Any] | None, intended: Iterable[str] = ()) -> None:
+        """Before event `sequence` is published: the document as it was, the `pending`
+        mark written over it (None: none) and the folders given entries for it."""
+        c = self._runs.get(run_id)
+        if c is None or c.through != sequence - 1:
+            c = self._fresh(run_id, sequence - 1)
+        c.stored, c.pending, c.intended, c.intended_for = stored, pending, frozenset(intended), sequence
 
     def note(self, run_id: str, sequence: int, change: tuple | None) -> bool:
         """Fold one published event in; True when a status change waits to be written."""
@@ -575,35 +679,33 @@ class SummaryTracker:
         if c is None or c.through != sequence - 1:
             if change is None or not changes_status(change):
                 return False  # a later status change folds what was not seen here
-            fresh = change[0] == "created" and sequence == 1
-            c = _Cached(apply_change(None, run_id, sequence, change) if fresh else None,
-                        None, sequence, True)
-            with self._lock:
-                self._runs.pop(run_id, None)
-                if len(self._runs) >= CACHE_LIMIT:
-                    self._runs.pop(next(iter(self._runs)))
-                self._runs[run_id] = c
-            return True
+            c = self._fresh(run_id, sequence - 1)
         c.through = sequence
         if change is not None:
-            if c.summary is not None:
+            if change[0] in ("created", "owner") and sequence == 1:
+                c.summary = apply_change(None, run_id, sequence, change)
+            elif c.summary is not None:
                 c.summary = apply_change(c.summary, run_id, sequence, change)
             if changes_status(change):
                 c.dirty = True
         return c.dirty
 
-    def pending(self, run_id: str) -> _Cached | None:
+    def pending(self, run_id: str) -> CachedSummary | None:
         c = self._runs.get(run_id)
         return c if c is not None and c.dirty else None
 
     def pending_runs(self) -> list[str]:
         return [run_id for run_id, c in list(self._runs.items()) if c.dirty]
 
-    def resolve(self, run_id: str, c: _Cached, old: dict[str, Any] | None,
+    def resolve(self, run_id: str, c: CachedSummary, old: dict[str, Any] | None,
                 fold_log: Callable[[], dict[str, Any] | None]
                 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The summary to write, given the stored one (`old`), and the stored one its
-        index entries follow (None: rewrite them all)."""
+        index entries follow (None: rewrite them all). None to write when the stored
+        one is as new already: a summary only moves forward."""
+        if old is not None and int(old.get("sequence") or 0) >= c.through:
+            self.forget(run_id)
+            return None, old
         if c.summary is None or (old.get("sequence") if old is not None else None) != c.written:
             c.summary = fold_log()  # lagging, or written by another process: the log decides
             old = None
@@ -611,291 +713,15 @@ class SummaryTracker:
             self.forget(run_id)
         return c.summary, old
 
-    def written(self, run_id: str, c: _Cached) -> None:
+    def written(self, run_id: str, c: CachedSummary, stored: dict[str, Any] | None = None) -> None:
+        """The summary folded through `c.through` is stored (`stored`: as the document
+        now reads, for file catalogues)."""
         assert c.summary is not None
-        c.written, c.dirty = c.summary["sequence"], False
+        c.written, c.dirty, c.stored = c.summary["sequence"], False, stored
+        c.pending, c.intended, c.intended_for = None, frozenset(), None
         if c.summary["status"] in FINISHED_STATUSES:
             self.forget(run_id)
 
     def forget(self, run_id: str) -> None:
         with self._lock:
             self._runs.pop(run_id, None)
-
-
-class FileCatalogue:
-    """Layout under the data dir (names only; everything is small JSON or empty):
-
-    catalogue/runs/<runId>.json                       the summary document (the truth
-                                                      of the catalogue, after the log)
-    catalogue/by-created/<entry>                      every run
-    catalogue/by-status/<status>/<entry>              runs with that status (readers
-                                                      check the document: a crash may
-                                                      leave an entry under the old one)
-    catalogue/by-workflow/<sha256(workflowId)[:24]>/<entry>
-    catalogue/by-parent/<parentRunId>/<entry>
-    catalogue/built.json                              written once every run has one
-
-    `<entry>` = `entry_path(key)`: `dddd/ddd/ddd/<key>`, the key's first ten digits as
-    bucket folders (`BUCKETS`); `<key>` = `order_key`: 16 digits of (10¹⁶−1 − createdAt
-    in µs), `_`, the run id — so names sort newest first at every level and the entry
-    paths of a whole index sort as their keys do. An object store lists a page of an
-    index from a start key at any depth (one request); elsewhere a page lists the
-    newest bucket folders one at a time (`_walk`), and emptied bucket folders are
-    removed with their last entry. Index entries are written after the document, and a
-    status entry is removed only after the new one is written.
-
-    When a summary is written: after a status change's event is published — on a
-    backend with real durability (local disk) only once the run's log up to it is
-    durable (its next durable append, or `sync()`), so that a power cut can take back a
-    summary with its events but never leave one ahead of them. Step counts ride along
-    with the next status change."""
-
-    def __init__(self, publisher: Any, root: str, read_log: Callable[[str, int], list[tuple[int, bytes]]]):
-        self.publisher = publisher
-        self.root = root
-        self.read_log = read_log
-        self.tracker = SummaryTracker()
-        # A publisher with its own sync() has writes a power cut can take back.
-        self.waits_for_durable = type(publisher).sync is not Publisher.sync
-
-    def path(self, *parts: str) -> str:
-        return "/".join((self.root, CATALOGUE_DIR, *parts))
-
-    def doc_path(self, run_id: str) -> str:
-        return self.path("runs", f"{run_id}.json")
-
-    # ---- writing, after each published event ----
-
-    def note(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
-        """Called after event `sequence` of `run_id` is published (under the run's
-        append lock). A failure here leaves the summary lagging, never the append
-        failed: the next status change or a rebuild re-folds it from the log."""
-        if self.tracker.note(run_id, sequence, change) and (durable or not self.waits_for_durable):
-            self._write(run_id)
-
-    def _write(self, run_id: str) -> None:
-        c = self.tracker.pending(run_id)
-        if c is None:
-            return
-        try:
-            summary, old = self.tracker.resolve(run_id, c, self.read_doc(run_id),
-                                                lambda: self.fold_from_log(run_id, c.through))
-            if summary is not None:
-                self.put(summary, old)
-                self.tracker.written(run_id, c)
-        except Exception:
-            self.tracker.forget(run_id)  # re-fold from the log next time
-
-    def flush(self) -> None:
-        """Write every summary waiting for its events to be durable (they now are)."""
-        for run_id in self.tracker.pending_runs():
-            self._write(run_id)
-
-    def fold_from_log(self, run_id: str, through: int | None = None) -> dict[str, Any] | None:
-        envelopes = []
-        for seq, data in self.read_log(run_id, 0):
-            if through is not None and seq > through:
-                break
-            envelopes.append(json.loads(data))
-        return fold_envelopes(run_id, envelopes)
-
-    def put(self, summary: dict[str, Any], old: dict[str, Any] | None, *,
-            first_build: bool = False) -> None:
-        """Write the document, then the index entries it needs; then drop the status
-        entry it no longer has. Index entries are not synced: one lost to a power cut
-        is restored by the next status change or a rebuild."""
-        run_id = summary["runId"]
-        key = order_key(created_us(summary), run_id)
-        p = self.publisher
-        doc_path = self.doc_path(run_id)
-        p.ensure_dir(doc_path.rsplit("/", 1)[0])
-        p.replace(doc_path, summary_json(summary).encode(), durable=False)
-        folders = [self.path("by-status", summary["status"])]
-        for folder in folders + (self.run_folders(summary) if old is None else []):
-            self.add_entry(folder, key)
-        if old is not None and old.get("status") != summary["status"]:
-            self.remove_entry(self.path("by-status", old["status"]), key)
-        elif old is None and not first_build and summary["status"] != "created":
-            # A rewrite after a lag: no entry under another status. (A run still at
-            # "created" never had another status: a new run costs no blind removes.)
-            for status in STATUSES:
-                if status != summary["status"]:
-                    self.remove_entry(self.path("by-status", status), key)
-
-    def run_folders(self, summary: dict[str, Any]) -> list[str]:
-        """The index folders naming a run whatever its status."""
-        folders = [self.path("by-created")]
-        if summary.get("workflowId") is not None:
-            folders.append(self.path("by-workflow", workflow_folder(summary["workflowId"])))
-        if summary.get("parentRunId"):
-            folders.append(self.path("by-parent", summary["parentRunId"]))
-        return folders
-
-    def add_entry(self, folder: str, key: str) -> None:
-        path = f"{folder}/{entry_path(key)}"
-        for attempt in range(3):
-            # Not durable, as the entry: a power cut may take both back (a rebuild restores them).
-            self.publisher.ensure_dir(path.rsplit("/", 1)[0], durable=False)
-            try:
-                self.publisher.publish_if_absent(path, b"", durable=False)
-                return
-            except FileNotFoundError:
-                if attempt == 2:  # its bucket folder pruned under it again and again
-                    raise
-
-    def remove_entry(self, folder: str, key: str, *, durable: bool = False) -> None:
-        """Remove an entry; on a store where folders stay, its emptied bucket folders
-        too (else every later page would list them: by-status/running would fill with
-        empty buckets). A writer adding to a folder removed under it makes it again."""
-        p = self.publisher
-        if not p.remove(f"{folder}/{entry_path(key)}", durable=durable) or not p.empty_folders_stay:
-            return
-        buckets = entry_path(key).split("/")[:-1]
-        for depth in range(len(buckets), 0, -1):
-            if not p.remove_dir("/".join((folder, *buckets[:depth])), durable=False):
-                return
-
-    def read_doc(self, run_id: str) -> dict[str, Any] | None:
-        raw = self.publisher.read(self.doc_path(run_id))
-        if raw is None:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return None  # torn by a crash on a store without atomic replace: re-fold
-
-    # ---- reading a page ----
-
-    def page(self, q: RunQuery, limit: int) -> list[dict[str, Any]]:
-        start = order_key(*q.position) if q.position is not None else ""
-        if q.before_us is not None:
-            start = max(start, order_key(q.before_us, "~"))  # past every key of that µs
-        stop = f"{MAX_US - q.after_us:016d}" if q.after_us is not None else None
-        if q.statuses is not None:
-            folders = [self.path("by-status", s) for s in q.statuses]
-        elif q.workflow_id is not None:
-            folders = [self.path("by-workflow", workflow_folder(q.workflow_id))]
-        elif q.parent_run_id is not None:
-            folders = [self.path("by-parent", q.parent_run_id)]
-        else:
-            folders = [self.path("by-created")]
-        out: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        for key in _merged(*(self._keys(f, start, max(limit, 16)) for f in folders)):
-            if stop is not None and key[:16] > stop:
-                break
-            pos = key_position(key)
-            if pos is None or pos[1] in seen:
-                continue
-            seen.add(pos[1])
-            doc = self.read_doc(pos[1])
-            if doc is None or not q.matches(doc) or order_key(created_us(doc), pos[1]) != key:
-                continue  # a stale entry (status changed, run deleted): the document decides
-            out.append(doc)
-            if len(out) >= limit:
-                break
-        return out
-
-    def _keys(self, folder: str, start_after: str, page: int) -> Iterator[str]:
-        """The keys of an index folder after `start_after`, in order: from a start key
-        where the store lists that way (one request a page), else bucket by bucket."""
-        start = entry_path(start_after) if start_after else ""
-        while True:
-            paths = self.publisher.list_page(folder, start, page)
-            if paths is None:
-                yield from self._walk(folder, start_after, 0)
-                return
-            for path in paths:
-                key = path.rsplit("/", 1)[-1]
-                if path == entry_path(key):  # not a stray object in the index's prefix
-                    yield key
-            if len(paths) < page:
-                return
-            start = paths[-1]
-            page = min(page * 4, 1000)
-
-    def _walk(self, folder: str, start_after: str, depth: int) -> Iterator[str]:
-        """Keys under a bucket folder (`depth` levels down the index) after
-        `start_after`, listing one folder at a time and only as far as the caller reads."""
-        names = self.publisher.list_names(folder)
-        if depth == len(BUCKETS):
-            yield from names[bisect.bisect_right(names, start_after):] if start_after else names
-            return
-        lo, hi = BUCKETS[depth]
-        bound = start_after[lo:hi]
-        for name in names:
-            if len(name) != hi - lo or not name.isdigit() or name < bound:
-                continue  # not a bucket (a stray file), or wholly before the start
-            yield from self._walk(f"{folder}/{name}", start_after if name == bound else "", depth + 1)
-
-    def summary(self, run_id: str) -> dict[str, Any] | None:
-        doc = self.read_doc(run_id)
-        return doc
-
-    # ---- rebuilding ----
-
-    def rebuild(self, run_ids: list[str] | None = None, *,
-                progress: Callable[[int], None] | None = None, every_run: list[str] | None = None,
-                first_build: bool = False) -> int:
-        """Re-fold runs (all: None) from their logs and rewrite their documents and
-        index entries. The number folded."""
-        if run_ids is None:
-            run_ids = every_run if every_run is not None else self.logged_runs()
-            if progress is None:
-                progress = progress_printer(len(run_ids))
-        done = 0
-        for run_id in run_ids:
-            self.tracker.forget(run_id)
-            summary = self.fold_from_log(run_id)
-            if summary is None:
-                self.forget(run_id)
-            else:
-                self.put(summary, None, first_build=first_build)
-            done += 1
-            if progress is not None:
-                progress(done)
-        self.publisher.sync()
-        return done
-
-    def logged_runs(self) -> list[str]:
-        return [n for n in self.publisher.list_names(f"{self.root}/events") if RUN_ID_RE.fullmatch(n)]
-
-    def forget(self, run_id: str) -> None:
-        """Remove a run's document and entries (gc): entries first, the document last, so
-        an entry never names a run whose document is gone... unless a crash, and readers
-        skip entries without a document."""
-        self.tracker.forget(run_id)
-        doc = self.read_doc(run_id)
-        if doc is not None:
-            key = order_key(created_us(doc), run_id)
-            for folder in [self.path("by-status", s) for s in STATUSES] + self.run_folders(doc):
-                self.remove_entry(folder, key, durable=True)
-        self.publisher.remove(self.doc_path(run_id))
-
-    def ensure_built(self) -> None:
-        """A World written before the catalogue existed gets one on first open."""
-        if self.publisher.read(self.path("built.json")) == MARKER_DOC:
-            return
-        runs = self.logged_runs()
-        if runs:
-            self.rebuild(every_run=runs, first_build=True)
-        marker = self.path("built.json")
-        self.publisher.ensure_dir(marker.rsplit("/", 1)[0])
-        self.publisher.replace(marker, MARKER_DOC)
-
-
-def workflow_folder(workflow_id: str) -> str:
-    return sha256_hex(workflow_id)[:24]
-
-
-def entry_path(key: str) -> str:
-    """Where an order key lives inside an index folder: its buckets, then itself."""
-    return "/".join(key[lo:hi] for lo, hi in BUCKETS) + "/" + key
-
-
-def _merged(*iterators: Iterator[str]) -> Iterator[str]:
-    if len(iterators) == 1:
-        return iterators[0]
-    import heapq
-
-    return heapq.merge(*iterators)

@@ -18,13 +18,8 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
 from ..errors import StorageDamagedError, StorageError
-from .catalogue import (
-    FileCatalogue,
-    SqliteCatalogue,
-    StoreCatalogue,
-    SummaryTracker,
-    changes_status,
-)
+from .catalogue import SqliteCatalogue, StoreCatalogue, SummaryTracker, changes_status
+from .file_catalogue import FileCatalogue
 from .ids import RUN_ID_RE
 from .posix import REAL_POSIX
 from .publish import Publisher
@@ -85,6 +80,7 @@ class EventStore(ABC):
         at once, so publication stays in order (file stores: readers probe sequences
         upward, and N+1 must never be visible before N). `change`: what the event
         changes in the run's catalogue summary (`catalogue.summary_change`)."""
+        self.publishing(run_id, sequence, change)
         if self.publish_if_absent(run_id, sequence, data, durable=durable,
                                   idempotency_key=idempotency_key):
             self.published(run_id, sequence, change, durable)
@@ -95,6 +91,10 @@ class EventStore(ABC):
 
     def wait_for(self, pending: PendingAppend) -> None:
         """Block until `pending` is settled (stores that commit later)."""
+        return None
+
+    def publishing(self, run_id: str, sequence: int, change: tuple | None) -> None:
+        """Before event `sequence` is published: prepare the run catalogue (file stores)."""
         return None
 
     def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
@@ -143,7 +143,7 @@ class FileEventStore(EventStore):
     def __init__(self, publisher: Publisher, root: str):
         self.publisher = publisher
         self.root = root
-        self.catalogue = FileCatalogue(publisher, root, self.read_after)
+        self.catalogue = FileCatalogue(publisher, root, self)
         self.blocking = publisher.blocking
         self.description = f"{type(publisher.fs).__name__} at {root}/events"
         # Object stores answer one listing faster than N probes; elsewhere a probe by name
@@ -152,6 +152,9 @@ class FileEventStore(EventStore):
 
     def run_dir(self, run_id: str) -> str:
         return f"{self.root}/events/{run_id}"
+
+    def publishing(self, run_id: str, sequence: int, change: tuple | None) -> None:
+        self.catalogue.intend(run_id, sequence, change)
 
     def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
         self.catalogue.note(run_id, sequence, change, durable)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 
-
 def _immutable(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
     raise TypeError(f"{type(self).__name__} is frozen: events cannot be changed once made")
 

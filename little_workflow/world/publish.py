@@ -82,6 +82,11 @@ class Publisher(ABC):
         """Make every earlier non-durable publication durable (default: nothing to do)."""
         return None
 
+    def make_durable(self, folder: str) -> None:
+        """Make the names in `folder` durable, whoever published them (another process's
+        non-durable events): default, nothing to do."""
+        return None
+
     def cross_process_locks(self, root: str) -> Any:
         """The run locks (and outer-loop fences) of a World rooted at `root` across
         processes, or None where this backend has none: run locks then hold within the
@@ -226,6 +231,10 @@ class LocalPublisher(Publisher):
                 with self._unsynced_lock:  # not synced: still owed
                     self._unsynced_dirs.update(ordered[i:])
                 raise
+
+    def make_durable(self, folder: str) -> None:
+        # File contents are synced before their names appear: the folder's fsync is all.
+        self._fsync_dir_if_present(folder)
 
     def _fsync_dir_if_present(self, directory: str) -> None:
         try:
@@ -447,6 +456,10 @@ class DelegatingPublisher(Publisher):
         if callable(getattr(self.fs, "sync", None)):
             self.fs.sync()
 
+    def make_durable(self, folder: str) -> None:
+        if callable(getattr(self.fs, "make_durable", None)):
+            self.fs.make_durable(folder)
+
     def cross_process_locks(self, root: str) -> Any:
         locks = getattr(self.fs, "cross_process_locks", None)
         return locks(root) if callable(locks) else None
@@ -492,6 +505,9 @@ class PrefixedPublisher(Publisher):
 
     def sync(self) -> None:
         self.inner.sync()
+
+    def make_durable(self, folder: str) -> None:
+        self.inner.make_durable(self._join(folder))
 
     def cross_process_locks(self, root: str) -> Any:
         return self.inner.cross_process_locks(self._join(root))

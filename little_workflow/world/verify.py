@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LittleWorkflowError
-from .catalogue import FINISHED_STATUSES, fold_envelopes
+from .catalogue import fold_envelopes, summary_lags
 from .ids import RUN_ID_RE, event_id, find_artifact_refs, request_digest
 from .incarnations import history_problems
 
@@ -18,14 +18,27 @@ class VerifyReport:
     events_checked: int = 0
     artifacts_checked: int = 0
     problems: dict[str, list[str]] = field(default_factory=dict)  # run id or "artifacts"
-    #: Runs whose catalogue summary lags behind their log (a crash between an event and
-    #: its summary): not damage — the log is the truth — and `rebuild_catalogue` (`little
-    #: verify --repair`) brings them up to date.
+    # Where the run catalogue disagrees with the logs. Not damage — the logs are the
+    # truth and the catalogue is derived from them — and `rebuild_catalogue` (`little
+    # verify --repair`) mends each kind:
+    #: runs whose summary says other than their log (it lags after a crash);
     catalogue_stale: list[str] = field(default_factory=list)
+    #: runs with a log and no summary;
+    catalogue_missing: list[str] = field(default_factory=list)
+    #: summaries whose run has no log any more;
+    catalogue_ghosts: list[str] = field(default_factory=list)
+    #: index entries a summary does not need, and entries a summary needs that are
+    #: missing (file and object-store Worlds), one line each naming the run.
+    catalogue_wrong_entries: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def catalogue_agrees(self) -> bool:
+        return not (self.catalogue_stale or self.catalogue_missing or self.catalogue_ghosts
+                    or self.catalogue_wrong_entries)
 
     def add(self, where: str, problem: str) -> None:
         self.problems.setdefault(where, []).append(problem)
@@ -34,7 +47,9 @@ class VerifyReport:
         return {
             "ok": self.ok, "runsChecked": self.runs_checked, "eventsChecked": self.events_checked,
             "artifactsChecked": self.artifacts_checked, "problems": self.problems,
-            "catalogueStale": self.catalogue_stale,
+            "catalogueStale": self.catalogue_stale, "catalogueMissing": self.catalogue_missing,
+            "catalogueGhosts": self.catalogue_ghosts,
+            "catalogueWrongEntries": self.catalogue_wrong_entries,
         }
 
 
@@ -64,6 +79,7 @@ def verify_world(world: Any) -> VerifyReport:
             report.add("artifacts", f"orphan artifact {aid}: run {owner} has no event log")
     _check_outer_loop_manifests(world, logged, report)
     events = world.events
+    folds: dict[str, dict[str, Any] | None] = {}
     for run_id in runs:
         report.runs_checked += 1
         sequences = events.listed_sequences(run_id)
@@ -93,8 +109,10 @@ def verify_world(world: Any) -> VerifyReport:
                 except LittleWorkflowError as e:
                     report.add(run_id, f"event {seq} references {ref}: {e}")
         _check_one_executor(run_id, envelopes, report)
-        if world.catalogue is not None and run_id not in report.problems:
-            _check_summary(world, run_id, envelopes, report)
+        if run_id not in report.problems:
+            folds[run_id] = fold_envelopes(run_id, envelopes)
+    if world.catalogue is not None:
+        _check_catalogue(world, folds, logged, report)
     return report
 
 
@@ -107,25 +125,39 @@ def _check_one_executor(run_id: str, envelopes: list[dict[str, Any]],
         report.add(run_id, problem)
 
 
-SUMMARY_FIELDS = ("status", "workflowId", "createdAt", "waiting", "error", "parentRunId")
-
-
-def _check_summary(world: Any, run_id: str, envelopes: list[dict[str, Any]],
-                   report: VerifyReport) -> None:
-    expected = fold_envelopes(run_id, envelopes)
-    found = world.catalogue.summary(run_id)
-    if expected is None:
-        return
-    # A step count is written with the next status change: it may trail while a run runs.
-    fields = SUMMARY_FIELDS + (("steps",) if expected["status"] in FINISHED_STATUSES else ())
-    if found is None or any(found.get(k) != expected.get(k) for k in fields):
-        report.catalogue_stale.append(run_id)
+def _check_catalogue(world: Any, folds: dict[str, dict[str, Any] | None], logged: set[str],
+                     report: VerifyReport) -> None:
+    """The catalogue against the logs (`folds`: each readable log folded, by run id):
+    every summary, then every index entry."""
+    catalogue = world.catalogue
+    docs: dict[str, dict[str, Any]] = {}
+    for run_id in catalogue.summarized_runs():
+        doc = catalogue.summary(run_id)
+        if doc is None:
+            continue
+        docs[run_id] = doc
+        if run_id not in logged:
+            report.catalogue_ghosts.append(run_id)
+    for run_id, expected in folds.items():
+        found = docs.get(run_id)
+        if expected is None:
+            if found is not None:  # a log that holds no run (no run.created): no summary
+                report.catalogue_stale.append(run_id)
+            continue
+        if found is None:
+            report.catalogue_missing.append(run_id)
+            continue
+        if summary_lags(found, expected):
+            report.catalogue_stale.append(run_id)
+    report.catalogue_wrong_entries = catalogue.entry_problems(docs, float(world.clock.now()))
 
 
 def rebuild_catalogue(world: Any) -> int:
-    """Re-fold every run's catalogue summary from its log (`little verify --repair`),
-    with progress on stderr for a large World. The number of runs folded."""
-    return int(world.catalogue.rebuild())
+    """Bring the run catalogue in line with the logs (`little verify --repair`): every
+    summary re-folded, wrong index entries removed and missing ones added, summaries
+    whose log is gone removed — safe while other processes run and write. Progress on
+    stderr for a large World. The number of runs folded."""
+    return int(world.catalogue.rebuild(now=float(world.clock.now())))
 
 
 def _check_outer_loop_manifests(world: Any, logged: set[str], report: VerifyReport) -> None:

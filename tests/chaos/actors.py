@@ -31,11 +31,10 @@ import uuid
 from typing import Any, Callable
 
 import little_workflow as lw
+from chaos import flows, mutants
 from little_workflow.runtime.active_index import active_run_ids
 from little_workflow.runtime.state import RunLog
 from little_workflow.world.clock import from_iso
-
-from chaos import flows
 
 CHAOS_IDS = [f"run_c{i:02d}" for i in range(14)]
 PIPE_IDS = [f"run_p{i:02d}" for i in range(4)]
@@ -76,6 +75,10 @@ class Actor:
         self.end = end or wait_for_start(rundir)
         self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
+        #: (run id, key, payload) of recent sends with a key, to send again.
+        self.sent_with_keys: list[tuple[str, str, dict[str, Any]]] = []
+        #: How long a send takes here, about (the deadline sender aims with it).
+        self.send_seconds = 0.02
 
     def count(self, what: str) -> None:
         with self.lock:
@@ -149,8 +152,20 @@ class Actor:
                     wrong=(lw.RunFinishedError,))
 
     def send(self, run_id: str) -> None:
-        payload = {"k": uuid.uuid4().hex[:10]}
-        key = f"key-{payload['k']}" if self.rng.random() < 0.5 else None
+        """Send a fresh event (half of them with an idempotency key, written into the
+        payload too, so that the checker sees a key repeated even by a sender that lost
+        it), or now and then send a keyed one again: the same key, the same payload."""
+        if self.sent_with_keys and self.rng.random() < 0.3:
+            run_id, key, payload = self.rng.choice(self.sent_with_keys)
+            self.attempt("send-again", run_id, lambda: lw.send_event(
+                self.world, run_id, flows.EVENT, payload, idempotency_key=key))
+            return
+        k = uuid.uuid4().hex[:10]
+        key = f"key-{k}" if self.rng.random() < 0.5 else None
+        payload = {"k": k, "key": key}
+        if key is not None:
+            self.sent_with_keys.append((run_id, key, payload))
+            del self.sent_with_keys[:-20]
         self.attempt("send", run_id, lambda: lw.send_event(
             self.world, run_id, flows.EVENT, payload, idempotency_key=key))
 
@@ -159,8 +174,13 @@ class Actor:
             self.send(self.some_run())
 
     def sender_deadline(self) -> None:
-        """Send just before, or just after, a waiting run's deadline: the race between an
-        event and a timeout."""
+        """Send into the race between an event and a wait's timeout. A wait blocked in
+        its process re-reads the log every `WAIT_POLL_SECONDS`: an event landing after
+        its last read and before its deadline is found only by its `wait.timed_out`
+        append, which must hand it over. A suspended wait is resumed by a worker at the
+        deadline: an event landing between the worker's read and that append, too."""
+        from little_workflow.runtime.waiting import WAIT_POLL_SECONDS
+
         while self.pause(0.02, 0.08):
             soonest = None
             for run_id in active_run_ids(self.world):
@@ -175,13 +195,20 @@ class Actor:
                             soonest = (due, run_id)
             if soonest is None:
                 continue
-            at = soonest[0] + self.rng.uniform(-0.06, 0.03)
+            if self.rng.random() < 0.8:
+                # To land after the waiter's last read (its reads are WAIT_POLL_SECONDS
+                # apart) and before its deadline: the send's own time taken off.
+                at = soonest[0] - self.rng.uniform(0.004, 0.1 * WAIT_POLL_SECONDS) - self.send_seconds
+            else:  # a worker resuming it at the deadline reads the log, then times out
+                at = soonest[0] + self.rng.uniform(0.0, 0.08)
             delay = at - time.time()
             if delay > 1.5:
                 continue
             if delay > 0:
                 time.sleep(delay)
+            began = time.time()
             self.send(soonest[1])
+            self.send_seconds = 0.7 * self.send_seconds + 0.3 * (time.time() - began)
 
     def canceller(self) -> None:
         while self.pause(0.6, 1.6):
@@ -204,20 +231,24 @@ class Actor:
             self.attempt("gc", None, lambda: lw.gc(self.world, older_than=age))
 
     def pipeliner(self) -> None:
-        def loop() -> None:
+        """Two threads: one runs (and resumes) the fixed pipelines the canceller aims
+        at; the other starts new ones, each a sub-run blocked in a wait in this process
+        while its deadline nears — the race the deadline sender aims at."""
+        def loop(fresh: bool) -> None:
             while self.pause(0.05, 0.4):
-                run_id = self.rng.choice(PIPE_IDS)
+                run_id = f"run_pf{uuid.uuid4().hex[:8]}{self.rng.randrange(100):02d}" if fresh \
+                    else self.rng.choice(PIPE_IDS)
                 self.attempt("pipe", run_id, lambda: flows.run_pipe(
                     self.world, run_id, pipe_input(run_id)))
 
-        threads = [threading.Thread(target=loop) for _ in range(2)]
+        threads = [threading.Thread(target=loop, args=(fresh,)) for fresh in (False, True)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
     def cli(self) -> None:
-        base = [sys.executable, "-c", "from little_workflow.cli import main; main()"]
+        base = [sys.executable, "-c", mutants.CLI_CODE]
         while self.pause(0.8, 2.0):
             run_id = self.some_run()
             command = self.rng.choice([
@@ -295,6 +326,7 @@ def wait_for_start(rundir: str) -> float:
 
 def main(argv: list[str]) -> None:
     role, spec, seed, end, rundir = argv
+    mutants.install_from_env()
     Actor(role, spec, int(seed), float(end), rundir).run()
 
 

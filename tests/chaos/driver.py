@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from chaos import history
+from chaos import history, mutants
 from chaos.flows import LEDGER_ENV, STEP_SECONDS_ENV, WAIT_RESULT_STEPS, WORKER_TARGETS
 from chaos.unfenced import UNFENCED_ENV
 from little_workflow.world.ids import run_lock_name
@@ -26,7 +26,7 @@ from little_workflow.world.ids import run_lock_name
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 ROOT = os.path.dirname(TESTS)
-LITTLE = [sys.executable, "-c", "from little_workflow.cli import main; main()"]
+LITTLE = [sys.executable, "-c", mutants.CLI_CODE]
 
 #: Roles that run steps (killed and paused; the starter only paused: a restart costs a
 #: loaded machine seconds of imports); the others are killed now and then.
@@ -225,6 +225,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
         for p in procs.values():
             p.kill()
     chaos_seconds = time.time() - chaos_started
+    before_drain = logs_before_drain(open_world)
 
     drain_env = {k: v for k, v in env.items() if k != UNFENCED_ENV}
     drain = subprocess.run(actor_argv("drain", time.time() + drain_seconds),
@@ -240,6 +241,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     options = history.Options(wait_result_steps=WAIT_RESULT_STEPS, fence_slack=fence_slack,
                               exclusive=exclusive, allowed_failures=ALLOWED_FAILURES)
     violations = history.check(logs, entries, options)
+    violations += history.check_what_users_see(logs, history.read_catalogue(world), before_drain)
     if lock_docs is not None:
         violations += unleased_starts(logs, lock_docs())
     warnings: list[str] = []
@@ -290,6 +292,16 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     if any(v.rule == "unfinished" for v in violations):
         report += "\nthe drain said:\n" + drain_text[-3000:]
     return ChaosResult(kind, seed, violations, report, stats)
+
+
+def logs_before_drain(open_world: Callable[[], Any]) -> dict[str, Any]:
+    """Every log as the chaos left it, before the drain runs what is unfinished to its
+    end (an orphaned sub-run, finished by the drain, would hide an uncancelled one)."""
+    world = open_world()
+    try:
+        return history.read_world(world)
+    finally:
+        world.close()
 
 
 def s3_link_env(port: int) -> dict[str, str]:

@@ -38,6 +38,21 @@ Rules (the `rule` of a `Violation`):
 - `attempt-ended-twice`, `older-incarnation`, `start-not-rising`: what no single
                     executor writes (DESIGN §15), the rules `little verify` applies
                     (`little_workflow.world.incarnations.history_problems`).
+
+What users see (`check_what_users_see`, after the drain, with the catalogue as
+`lw.list_runs` shows it — `read_catalogue` — and the logs as they were before the drain):
+- `catalogue-missing` a run with a log that no listing shows.
+- `catalogue-ghost`   a listed run whose log is gone.
+- `catalogue-status`  a listed status other than the fold of the run's log.
+- `catalogue-filter`  `list_runs(status=s)` leaves out a run in status s, or shows one
+                    that is not.
+- `idempotency-repeated` one log holds two `signal.received` sent with the same
+                    idempotency key (by the envelope, or by the `key` the sender put in
+                    the payload: a sender that lost its key leaves it there).
+- `sub-run-not-cancelled` a run ended cancelled while a sub-run of it was unfinished and
+                    not asked to cancel: before the drain, such a sub-run is unfinished
+                    with no `run.cancel_requested`; in the final logs, it ended after
+                    its parent's `run.cancelled` without a request from before it.
 """
 
 from __future__ import annotations
@@ -247,7 +262,7 @@ def check_overlaps(by_step: dict[tuple[str, str, str], list[dict[str, Any]]]) ->
     out = []
     for (run_id, inc, path), recs in by_step.items():
         ordered = sorted(recs, key=lambda r: r["started"])
-        for a, b in zip(ordered, ordered[1:]):
+        for a, b in zip(ordered, ordered[1:], strict=False):
             if b["started"] < a["ended"] and a["pid"] != b["pid"]:
                 out.append(Violation("overlapping-attempts", run_id, (
                     f"step {path} (incarnation {inc}) ran in pid {a['pid']} and pid "
@@ -414,3 +429,167 @@ def format_report(violations: list[Violation], logs: Mapping[str, Any],
     for run_id in shown[:max(runs_shown, len(counts))]:
         lines.append(describe_run(run_id, logs, ledger, raw or {}))
     return "\n".join(lines)
+
+
+# ---- what users see ---------------------------------------------------------------------
+
+STATUSES = ("created", "running", "waiting", "completed", "failed", "cancelled")
+
+
+@dataclass
+class CatalogueView:
+    """The run catalogue as `lw.list_runs` shows it: every run's status, unfiltered, and
+    the runs each status filter lists. `error`: a listing that raised."""
+
+    listed: dict[str, str] = field(default_factory=dict)
+    by_status: dict[str, set[str]] = field(default_factory=dict)
+    error: str | None = None
+
+
+def read_catalogue(world: Any) -> CatalogueView:
+    """Every page of `lw.list_runs`, unfiltered first (what `little runs` shows), then
+    for each status. Read after `read_world`, which finishes deletions a crash left."""
+    import little_workflow as lw
+
+    def every(**filters: Any) -> dict[str, str]:
+        out, cursor = {}, None
+        while True:
+            page = lw.list_runs(world, limit=500, cursor=cursor, **filters)
+            out.update({r.run_id: r.status for r in page.runs})
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
+
+    view = CatalogueView()
+    try:
+        view.listed = every()
+        for s in STATUSES:
+            view.by_status[s] = set(every(status=s))
+    except Exception as e:  # noqa: BLE001 - a listing that fails is a finding
+        view.error = f"{type(e).__name__}: {e}"
+    return view
+
+
+def log_status(events: list[Any]) -> str | None:
+    """The status the runtime folds from a log (None: a log that holds no run)."""
+    from little_workflow.runtime.state import RunLog
+
+    log = RunLog(run_id="")
+    for e in events:
+        log.apply(e)
+    return log.status if log.created is not None else None
+
+
+def check_what_users_see(logs: Mapping[str, Any], catalogue: CatalogueView,
+                         before_drain: Mapping[str, Any] | None = None) -> list[Violation]:
+    out: list[Violation] = []
+    for run_id, events in logs.items():
+        if not isinstance(events, BaseException) and events:
+            out += check_idempotency(run_id, events)
+    out += check_catalogue(logs, catalogue)
+    if before_drain is not None:
+        out += check_cancelled_sub_runs(before_drain, logs)
+    return out
+
+
+def check_catalogue(logs: Mapping[str, Any], catalogue: CatalogueView) -> list[Violation]:
+    """The catalogue is the fold of the logs, for every run and every status filter."""
+    if catalogue.error is not None:
+        return [Violation("catalogue-status", "-", f"listing runs failed: {catalogue.error}")]
+    out = []
+    truth: dict[str, str] = {}
+    for run_id, events in logs.items():
+        if isinstance(events, BaseException) or not events:
+            continue
+        status_now = log_status(events)
+        if status_now is not None:
+            truth[run_id] = status_now
+    for run_id, expected in sorted(truth.items()):
+        shown = catalogue.listed.get(run_id)
+        if shown is None:
+            out.append(Violation("catalogue-missing", run_id,
+                                 f"the log says {expected}; no listing shows the run"))
+        elif shown != expected:
+            out.append(Violation("catalogue-status", run_id,
+                                 f"listed as {shown}, the log says {expected}"))
+    for run_id in sorted(set(catalogue.listed) - set(truth)):
+        if not isinstance(logs.get(run_id), BaseException):
+            out.append(Violation("catalogue-ghost", run_id, (
+                f"listed as {catalogue.listed[run_id]}, but the run has no log")))
+    for status_name, members in sorted(catalogue.by_status.items()):
+        expected_members = {r for r, s in truth.items() if s == status_name}
+        for run_id in sorted(expected_members - members):
+            out.append(Violation("catalogue-filter", run_id,
+                                 f"list_runs(status={status_name!r}) leaves it out"))
+        for run_id in sorted(members - expected_members):
+            if run_id in truth:
+                out.append(Violation("catalogue-filter", run_id, (
+                    f"list_runs(status={status_name!r}) shows it; the log says {truth[run_id]}")))
+    return out
+
+
+def check_idempotency(run_id: str, events: list[Any]) -> list[Violation]:
+    """A key sent twice is one event: by the envelope's key, and by the key the sender
+    wrote into the payload (which survives a sender that dropped the key itself)."""
+    out = []
+    seen: dict[tuple[str, Any], int] = {}
+    for e in events:
+        if e.type != "signal.received":
+            continue
+        p = plain(e.payload)
+        sent = p.get("payload") if isinstance(p, dict) else None
+        keys = [("envelope", getattr(e, "append_idempotency_key", None))]
+        if isinstance(sent, dict):
+            keys.append(("payload", sent.get("key")))
+        for where, key in keys:
+            if not key:
+                continue
+            first = seen.setdefault((where, key), e.sequence)
+            if first != e.sequence:
+                out.append(Violation("idempotency-repeated", run_id, (
+                    f"events {first} and {e.sequence} were both sent with idempotency key "
+                    f"{key!r} ({where})")))
+    return out
+
+
+def check_cancelled_sub_runs(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Violation]:
+    """A run ends `cancelled` only once each sub-run it started is finished or asked to
+    cancel. Seen two ways, since the workers finish an orphaned sub-run during the chaos
+    and the drain after it: in the logs before the drain (an unfinished sub-run of a
+    cancelled run carries `run.cancel_requested`), and by time in the final logs (a
+    sub-run that ended after its parent's `run.cancelled` was asked before it)."""
+    out = []
+    for run_id, events in before.items():
+        if isinstance(events, BaseException) or not events or status(events) != "cancelled":
+            continue
+        for sub in sub_run_ids(events):
+            sub_events = before.get(sub)
+            if isinstance(sub_events, BaseException) or not sub_events \
+                    or status(sub_events) is not None:
+                continue
+            if not any(e.type == "run.cancel_requested" for e in sub_events):
+                out.append(Violation("sub-run-not-cancelled", run_id, (
+                    f"run cancelled, its sub-run {sub} was left {log_status(sub_events)} "
+                    f"and never asked to cancel (last event {sub_events[-1].type})")))
+    for run_id, events in after.items():
+        if isinstance(events, BaseException) or not events or status(events) != "cancelled":
+            continue
+        if any(v.run_id == run_id for v in out):
+            continue
+        cancelled_at = epoch(next(e for e in events if e.type == "run.cancelled").created_at)
+        for sub in sub_run_ids(events):
+            sub_events = after.get(sub)
+            if isinstance(sub_events, BaseException) or not sub_events or cancelled_at is None:
+                continue
+            asked = next((e for e in sub_events if e.type == "run.cancel_requested"), None)
+            end = next((e for e in sub_events if e.type in TERMINAL), None)
+            asked_at = epoch(asked.created_at) if asked is not None else None
+            ended_at = epoch(end.created_at) if end is not None else None
+            if asked_at is not None and asked_at <= cancelled_at:
+                continue  # asked in time
+            if end is None or (ended_at is not None and ended_at <= cancelled_at):
+                continue  # finished before its parent was cancelled (unfinished: the drain's rule)
+            out.append(Violation("sub-run-not-cancelled", run_id, (
+                f"run cancelled at {events[-1].created_at}; its sub-run {sub} went on to "
+                f"{end.type} at {end.created_at}, never asked to cancel before")))
+    return out
