@@ -1,4 +1,4 @@
-"""The run catalogue (DESIGN §14): one summary per run, kept as events are appended, so
+"""The run catalogue: one summary per run, kept as events are appended, so
 that a page of runs costs O(limit), not O(runs).
 
 This module holds what every World shares, and local_world's part:
@@ -25,19 +25,24 @@ import sys
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from ..errors import CatalogueQueryError
 from .ids import RUN_ID_RE
+from .vocabulary import FINISHED_STATUSES as _FINISHED
+from .vocabulary import (
+    OWNER_EVENTS,
+    RUN_ENDINGS,
+    RUN_STATUSES,
+    RunStatus,
+    status_after,
+)
 
 #: "unknown" is a run whose log has no lifecycle (no `run.created`): one that only holds
 #: data, e.g. a LangGraph thread (`OWNER_EVENTS`), as `materialize_run_state` says too.
-STATUSES = ("created", "running", "waiting", "completed", "failed", "cancelled", "unknown")
-TERMINAL = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
-FINISHED_STATUSES = frozenset(TERMINAL.values())
-#: The first event of a run that holds an integration's data and never runs (workers and
-#: gc leave it alone): its type → the workflow id the catalogue lists it under.
-OWNER_EVENTS = {"langgraph.thread": "langgraph"}
+STATUSES = RUN_STATUSES
+TERMINAL = RUN_ENDINGS
+FINISHED_STATUSES = frozenset(_FINISHED)
 #: Worlds larger than this report progress while their catalogue is built.
 PROGRESS_FROM = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -54,11 +59,12 @@ class RunSummary:
     next one); `updated_at` is the time of that change; `waiting` what a waiting run
     waits for (`kind`, `stepPath`, `wakeAt` or `name`/`deadline`); `error` a failed or
     cancelled run's error record; `needs_version` the version a refused resume asked for
-    (the run's pinned version, DESIGN §15), None once the run executes again."""
+    (runs are pinned to the version that created them), None once the run executes
+    again."""
 
     run_id: str
     workflow_id: str | None
-    status: str
+    status: RunStatus
     created_at: datetime
     updated_at: datetime
     steps: int
@@ -110,39 +116,62 @@ def created_us(doc: dict[str, Any]) -> int:
 
 # --- the fold, written once -------------------------------------------------------------------
 
-def summary_change(type_: str, payload: Any, created_at: str) -> tuple | None:
-    """What an event changes in its run's summary, or None (most events). Pure: a tuple
-    `(kind, created_at, ...)` that `apply_change` folds in."""
+ChangeKind = Literal["created", "owner", "started", "refused", "end", "step", "open", "close"]
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryChange:
+    """What one event changes in its run's summary (`summary_change`), for `apply_change`
+    to fold in. `kind` says which fields mean something: `workflow_id` (created, owner),
+    `parent_run_id` (created), `version` (refused), `error` (end), `step_path` (open,
+    close) and `waiting` (open: what the run now waits for)."""
+
+    kind: ChangeKind
+    #: The event's type and `createdAt`.
+    event_type: str
+    at: str
+    workflow_id: str | None = None
+    parent_run_id: str | None = None
+    version: str | None = None
+    error: Any = None
+    step_path: str | None = None
+    waiting: dict[str, Any] | None = None
+
+
+def summary_change(type_: str, payload: Any, created_at: str) -> SummaryChange | None:
+    """What an event changes in its run's summary, or None (most events). Pure."""
     kind = _CHANGES.get(type_)
     if kind is None:
         return None
     p = payload if isinstance(payload, dict) else {}
     if kind == "step":
-        return ("step", created_at) if p.get("attempt", 1) == 1 else None
+        return SummaryChange("step", type_, created_at) if p.get("attempt", 1) == 1 else None
     if kind == "created":
-        return ("created", created_at, p.get("workflowId"), p.get("parentRunId"))
+        return SummaryChange("created", type_, created_at, workflow_id=p.get("workflowId"),
+                             parent_run_id=p.get("parentRunId"))
     if kind == "owner":
-        return ("owner", created_at, OWNER_EVENTS[type_])
+        return SummaryChange("owner", type_, created_at, workflow_id=OWNER_EVENTS[type_])
     if kind == "started":
-        return ("started", created_at)
+        return SummaryChange("started", type_, created_at)
     if kind == "refused":
         version = p.get("version")
-        return ("refused", created_at, version if isinstance(version, str) else None)
+        return SummaryChange("refused", type_, created_at,
+                             version=version if isinstance(version, str) else None)
     if kind == "end":
-        status = TERMINAL[type_]
         error = p.get("error")
-        if status == "cancelled" and error is None:
+        if RUN_ENDINGS[type_] == "cancelled" and error is None:
             error = {"type": "RunCancelledError", "reason": p.get("reason")}
-        return ("end", created_at, status, _plain(error))
+        return SummaryChange("end", type_, created_at, error=_plain(error))
     path = p.get("stepPath")
     if not isinstance(path, str):
         return None
     if type_ == "timer.scheduled":
-        return ("open", created_at, path, {"kind": "sleep", "stepPath": path, "wakeAt": p.get("wakeAt")})
+        return SummaryChange("open", type_, created_at, step_path=path, waiting={
+            "kind": "sleep", "stepPath": path, "wakeAt": p.get("wakeAt")})
     if type_ == "wait.started":
-        return ("open", created_at, path, {"kind": "event", "stepPath": path, "name": p.get("name"),
-                                           "deadline": p.get("deadline")})
-    return ("close", created_at, path)
+        return SummaryChange("open", type_, created_at, step_path=path, waiting={
+            "kind": "event", "stepPath": path, "name": p.get("name"), "deadline": p.get("deadline")})
+    return SummaryChange("close", type_, created_at, step_path=path)
 
 
 _CHANGES = {"run.created": "created", "run.started": "started", "run.resume_refused": "refused",
@@ -152,9 +181,9 @@ _CHANGES = {"run.created": "created", "run.started": "started", "run.resume_refu
             "wait.completed": "wait", **{t: "owner" for t in OWNER_EVENTS}}
 
 
-def changes_status(change: tuple) -> bool:
+def changes_status(change: SummaryChange) -> bool:
     """False only for a step count: file Worlds write those with the next status change."""
-    return change[0] != "step"
+    return change.kind != "step"
 
 
 def _plain(value: Any) -> Any:
@@ -167,20 +196,21 @@ def _plain(value: Any) -> Any:
 
 
 def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
-                 change: tuple) -> dict[str, Any] | None:
+                 change: SummaryChange) -> dict[str, Any] | None:
     """The summary after one change (a new dict). A run whose `run.created` was not seen
     has no summary (None) until it is re-folded from its whole log."""
-    kind, at = change[0], change[1]
+    kind, at = change.kind, change.at
     if kind == "created":
-        s: dict[str, Any] = {"runId": run_id, "workflowId": change[2], "status": "created",
+        s: dict[str, Any] = {"runId": run_id, "workflowId": change.workflow_id,
+                             "status": status_after("unknown", change.event_type, False),
                              "createdAt": at, "updatedAt": at, "steps": 0, "waiting": None,
-                             "error": None, "parentRunId": change[3], "openWaits": {},
-                             "sequence": sequence}
+                             "error": None, "parentRunId": change.parent_run_id,
+                             "openWaits": {}, "sequence": sequence}
         return s
     if kind == "owner":
         if summary is not None:
             return summary  # a run with a lifecycle keeps it
-        return {"runId": run_id, "workflowId": change[2], "status": "unknown", "createdAt": at,
+        return {"runId": run_id, "workflowId": change.workflow_id, "status": "unknown", "createdAt": at,
                 "updatedAt": at, "steps": 0, "waiting": None, "error": None,
                 "parentRunId": None, "openWaits": {}, "sequence": sequence}
     if summary is None:
@@ -191,22 +221,21 @@ def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
         s["steps"] = int(s.get("steps") or 0) + 1
         return s
     if kind == "end":
-        s["status"], s["error"], s["waiting"] = change[2], change[3], None
+        s["status"] = status_after(status, change.event_type, False)
+        s["error"], s["waiting"] = change.error, None
         return s
     if kind == "refused":
-        s["needsVersion"] = change[2]
+        s["needsVersion"] = change.version
         return s
     if kind == "started":
         s.pop("needsVersion", None)
     waits = dict(s.get("openWaits") or {})
     if kind == "open":
-        waits[change[2]] = change[3]
+        waits[change.step_path] = change.waiting
     elif kind == "close":
-        waits.pop(change[2], None)
+        waits.pop(change.step_path, None)
     s["openWaits"] = waits
-    if kind == "started" or status in ("running", "waiting"):
-        if status not in FINISHED_STATUSES:
-            s["status"] = "waiting" if waits else "running"
+    s["status"] = status_after(status, change.event_type, bool(waits))
     s["waiting"] = dict(next(iter(waits.values()))) if s["status"] == "waiting" and waits else None
     return s
 
@@ -673,7 +702,7 @@ class SummaryTracker:
             c = self._fresh(run_id, sequence - 1)
         c.stored, c.pending, c.intended, c.intended_for = stored, pending, frozenset(intended), sequence
 
-    def note(self, run_id: str, sequence: int, change: tuple | None) -> bool:
+    def note(self, run_id: str, sequence: int, change: SummaryChange | None) -> bool:
         """Fold one published event in; True when a status change waits to be written."""
         c = self._runs.get(run_id)
         if c is None or c.through != sequence - 1:
@@ -682,7 +711,7 @@ class SummaryTracker:
             c = self._fresh(run_id, sequence - 1)
         c.through = sequence
         if change is not None:
-            if change[0] in ("created", "owner") and sequence == 1:
+            if change.kind in ("created", "owner") and sequence == 1:
                 c.summary = apply_change(None, run_id, sequence, change)
             elif c.summary is not None:
                 c.summary = apply_change(c.summary, run_id, sequence, change)

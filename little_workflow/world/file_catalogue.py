@@ -69,6 +69,7 @@ from .catalogue import (
     STATUSES,
     CachedSummary,
     RunQuery,
+    SummaryChange,
     SummaryTracker,
     apply_change,
     changes_status,
@@ -211,7 +212,7 @@ class FileCatalogue:
 
     # ---- W1: before a status change is published ----
 
-    def intend(self, run_id: str, sequence: int, change: tuple | None) -> None:
+    def intend(self, run_id: str, sequence: int, change: SummaryChange | None) -> None:
         """Called before event `sequence` of `run_id` is published (under the run's
         append lock): mark the document and add the entries the change will need."""
         if change is None or not changes_status(change):
@@ -223,10 +224,10 @@ class FileCatalogue:
             # event, as before (a cut in between is then healed by a repair).
             self._record(run_id, "before the event", e)
 
-    def _intend(self, run_id: str, sequence: int, change: tuple) -> None:
+    def _intend(self, run_id: str, sequence: int, change: SummaryChange) -> None:
         c = self.tracker.get(run_id)
         known = c is not None and c.through == sequence - 1
-        if change[0] in ("created", "owner") and sequence == 1:
+        if change.kind in ("created", "owner") and sequence == 1:
             stored, mark_base, fold_base = None, None, None
         else:
             stored = c.stored if known and c is not None and c.stored is not None \
@@ -247,7 +248,7 @@ class FileCatalogue:
             return
         pending = None
         if mark_base is not None:
-            pending = {"sequence": sequence, "status": new["status"], "at": change[1],
+            pending = {"sequence": sequence, "status": new["status"], "at": change.at,
                        "mark": uuid.uuid4().hex[:12]}
             # A mark this one replaces names statuses whose entries may need removing
             # once a change lands (W4): they travel with it.
@@ -263,7 +264,7 @@ class FileCatalogue:
 
     # ---- W3–W6: after a status change is published ----
 
-    def note(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
+    def note(self, run_id: str, sequence: int, change: SummaryChange | None, durable: bool) -> None:
         """Called after event `sequence` of `run_id` is published (under the run's
         append lock). A storage failure here leaves the summary lagging, never the
         append failed: the next listing, sweep or repair heals it (and it is logged and

@@ -37,7 +37,7 @@ def _catalogue_ignores_completed() -> None:
 
     real = catalogue.summary_change
 
-    def summary_change(type_: str, payload: Any, created_at: str) -> tuple | None:
+    def summary_change(type_: str, payload: Any, created_at: str) -> Any:
         return None if type_ == "run.completed" else real(type_, payload, created_at)
 
     for module in (catalogue, append, file_catalogue):
