@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ApprovalNotPendingError,
     ArtifactHashMismatchError,
     ArtifactManifestCorruptError,
     ArtifactNotFoundError,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from . import testing
     from .ops.gc import GcReport, gc
     from .runtime.api import arun_pipeline, arun_workflow, run_pipeline, run_workflow
+    from .runtime.approvals import PendingApproval, approve_tool_call, pending_approvals
     from .runtime.bash_steps import Mount, file_mount, read_only
     from .runtime.context import RunContext, current_run
     from .runtime.control import cancel_run, start_workflow
@@ -64,6 +66,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.signals import send_event
     from .runtime.state import RunResult, RunState, StepState
     from .runtime.steps import Retry, StepInfo, current_step
+    from .runtime.streams import aread_stream, read_stream
     from .runtime.worker import Worker
     from .runtime.workflow import Workflow, workflow
     from .world import (
@@ -92,6 +95,7 @@ _LAZY = {
     "MemoryReadOnlyError": ".world.memory_store",
     "MemoryStore": ".world.memory_store",
     "Mount": ".runtime.bash_steps",
+    "PendingApproval": ".runtime.approvals",
     "Retry": ".runtime.steps",
     "RunContext": ".runtime.context",
     "RunHandle": ".runtime.handles",
@@ -109,6 +113,8 @@ _LAZY = {
     "areplay_run": ".runtime.runner",
     "arun_pipeline": ".runtime.api",
     "arun_workflow": ".runtime.api",
+    "approve_tool_call": ".runtime.approvals",
+    "aread_stream": ".runtime.streams",
     "cancel_run": ".runtime.control",
     "current_step": ".runtime.steps",
     "file_mount": ".runtime.bash_steps",
@@ -118,7 +124,9 @@ _LAZY = {
     "list_runs": ".world.catalogue",
     "local_world": ".world",
     "materialize_run_state": ".runtime.runner",
+    "pending_approvals": ".runtime.approvals",
     "read_only": ".runtime.bash_steps",
+    "read_stream": ".runtime.streams",
     "replay_run": ".runtime.runner",
     "run_pipeline": ".runtime.api",
     "run_workflow": ".runtime.api",
@@ -152,6 +160,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApprovalNotPendingError",
     "ArtifactHashMismatchError",
     "ArtifactManifest",
     "ArtifactManifestCorruptError",
@@ -176,6 +185,7 @@ __all__ = [
     "NotInStepError",
     "OutputSchemaError",
     "Mount",
+    "PendingApproval",
     "ReplayDivergenceError",
     "Retry",
     "RunContext",
@@ -216,6 +226,7 @@ __all__ = [
     "World",
     "WorldBusyError",
     "WorldPathError",
+    "approve_tool_call",
     "areplay_run",
     "arun_pipeline",
     "cancel_run",
@@ -224,6 +235,7 @@ __all__ = [
     "start_workflow",
     "testing",
     "arun_workflow",
+    "aread_stream",
     "current_run",
     "current_step",
     "file_mount",
@@ -232,7 +244,9 @@ __all__ = [
     "list_runs",
     "local_world",
     "materialize_run_state",
+    "pending_approvals",
     "read_only",
+    "read_stream",
     "replay_run",
     "run_pipeline",
     "run_workflow",

@@ -278,6 +278,17 @@ class RunNotFoundError(LittleWorkflowError, LookupError):
         super().__init__(f"run {run_id} does not exist{detail}")
 
 
+class ApprovalNotPendingError(LittleWorkflowError, LookupError):
+    """No call with this id waits for approval in the run (never asked, or answered)."""
+
+    def __init__(self, run_id: str, tool_call_id: str, pending: list[str]):
+        self.run_id, self.tool_call_id, self.pending = run_id, tool_call_id, pending
+        waiting = (f"the calls waiting there: {', '.join(pending)}" if pending
+                   else "nothing waits for approval there")
+        super().__init__(f"run {run_id}: no tool call {tool_call_id!r} waits for approval "
+                         f"({waiting}; `little approvals` lists them)")
+
+
 class RunFinishedError(LittleWorkflowError):
     """The run already has its terminal event: nothing more may be appended to it."""
 

@@ -86,12 +86,14 @@ def test_run_makes_every_model_request_and_tool_call_a_step(lw_world: Any) -> No
     res = lw.run_workflow(ask, {"q": "weather?"}, world=lw_world, run_id="run_a1")
     assert res.output["output"] == "forecast: sunny in Oslo; sunny in Paris"
     assert counter.model == 2 and sorted(counter.tools) == ["Oslo", "Paris"]
-    paths = unit_paths(lw_world, "run_a1")
-    agent_run = res.output["runId"]
-    # Keyed by agent run id and run step, tool calls by their tool-call id.
-    assert len(paths) == 4 and all(p.startswith(f"{STEP_PREFIX}/{agent_run}/") for p in paths)
-    assert sorted(p.rsplit("/", 1)[-1] for p in paths if "call_tool" in p) == ["c1", "c2"]
-    assert [p.split("/")[2] for p in paths if "model.request" in p] == ["1", "2"]
+    # Readable: agent name and its run's number in this workflow run, the turn (run step),
+    # then `model` or the tool's name and its call id (never the order calls finish in).
+    assert sorted(unit_paths(lw_world, "run_a1")) == [
+        f"{STEP_PREFIX}/forecaster-1/1/model",
+        f"{STEP_PREFIX}/forecaster-1/1/weather/c1",
+        f"{STEP_PREFIX}/forecaster-1/1/weather/c2",
+        f"{STEP_PREFIX}/forecaster-1/2/model",
+    ]
     # The same run again returns its result; replay re-executes the body calling nothing.
     assert lw.run_workflow(ask, {"q": "weather?"}, world=lw_world, run_id="run_a1").output == res.output
     assert lw.replay_run(lw_world, "run_a1", ask).output == res.output
@@ -186,7 +188,8 @@ def test_two_concurrent_agent_runs_keep_their_own_results(lw_world: Any) -> None
     assert res.output["a"] != res.output["b"]
     paths = unit_paths(lw_world, "run_two")
     assert len(paths) == 8
-    assert {p.split("/")[1] for p in paths} == {res.output["a"], res.output["b"]}
+    # Each agent run has its own label, numbered in the order the runs start.
+    assert {p.split("/")[1] for p in paths} == {"forecaster-1", "forecaster-2"}
     # Served again on a resume: each agent run gets its own recorded results back.
     assert lw.run_workflow(wf, {}, world=lw_world, run_id="run_two").output == res.output
     # Not `replay_run` here: two agent runs under a bare asyncio.gather interleave their
@@ -366,6 +369,61 @@ def test_denied_tool_call_is_not_run(lw_world: Any) -> None:
     assert deleted == [] and done.output == {"output": "result: not that file"}
 
 
+def test_each_call_waiting_for_approval_is_listed_and_answered_on_its_own(lw_world: Any) -> None:
+    from pydantic_ai import DeferredToolRequests
+
+    from little_workflow.ext.pydantic_ai import wait_for_approvals
+
+    done: list[str] = []
+
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart("; ".join(sorted(str(p.content) for p in returns)))])
+        return ModelResponse(parts=[
+            ToolCallPart("delete_file", {"name": "a.txt"}, tool_call_id="d1"),
+            ToolCallPart("refund", {"order": "A-17", "amount": 20}, tool_call_id="r1")])
+
+    agent = Agent(FunctionModel(model_fn), name="clerk", output_type=[str, DeferredToolRequests],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(name: str) -> str:
+        done.append(name)
+        return f"deleted {name}"
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order: str, amount: int) -> str:
+        done.append(order)
+        return f"refunded {order}"
+
+    @lw.workflow(id="clerk")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("tidy up")
+        if isinstance(result.output, DeferredToolRequests):
+            decisions = await wait_for_approvals(ctx, "approve", result.output)
+            result = await agent.run(message_history=result.all_messages(),
+                                     deferred_tool_results=decisions)
+        return {"output": result.output}
+
+    assert lw.run_workflow(wf, {}, world=lw_world, run_id="run_cl1", suspend=True).status == "waiting"
+    pending = lw.pending_approvals(lw_world)
+    assert [(p.run_id, p.workflow_id, p.tool_call_id, p.tool_name, p.args) for p in pending] == [
+        ("run_cl1", "clerk", "d1", "delete_file", {"name": "a.txt"}),
+        ("run_cl1", "clerk", "r1", "refund", {"order": "A-17", "amount": 20})]
+    # One call answered: the run goes on waiting for the other, which alone is pending.
+    lw.approve_tool_call(lw_world, "run_cl1", "r1")
+    again = lw.run_workflow(wf, {}, world=lw_world, run_id="run_cl1", suspend=True)
+    assert again.status == "waiting" and done == []
+    assert [p.tool_call_id for p in lw.pending_approvals(lw_world)] == ["d1"]
+    lw.approve_tool_call(lw_world, "run_cl1", "d1", approved=False, reason="keep a.txt")
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_cl1", suspend=True)
+    assert res.status == "completed" and done == ["A-17"]
+    assert res.output == {"output": "keep a.txt; refunded A-17"}
+    assert lw.pending_approvals(lw_world) == []
+    assert lw.replay_run(lw_world, "run_cl1", wf).output == res.output
+
+
 def test_run_stream_and_an_event_stream_handler_are_durable(lw_world: Any) -> None:
     counter = Counter()
     seen: list[str] = []
@@ -385,9 +443,11 @@ def test_run_stream_and_an_event_stream_handler_are_durable(lw_world: Any) -> No
     res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_st1")
     assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris"}
     paths = unit_paths(lw_world, "run_st1")
-    assert any("request_stream" in p for p in paths), paths
-    events = [p for p in paths if "/events/" in p]
-    assert events, paths   # tool events handled in their own steps
+    assert f"{STEP_PREFIX}/streamer-1/1/model.stream" in paths, paths
+    # Tool events are handled in steps of their own, under the tool call they belong to.
+    events = sorted(p for p in paths if ".event" in p)
+    assert events == [f"{STEP_PREFIX}/streamer-1/1/weather/{call}.event{n}"
+                      for call in ("c1", "c2") for n in ("", "-2")], paths
     handled = list(seen)
     assert lw.replay_run(lw_world, "run_st1", wf).output == res.output
     assert counter.model == 2 and len(counter.tools) == 2
@@ -413,7 +473,7 @@ def test_a_registered_model_can_be_selected_inside_a_workflow(lw_world: Any) -> 
 
     res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_sel1")
     assert res.output == {"a": "forecast: sunny in Oslo; sunny in Paris", "b": "from the other model"}
-    assert any("model.request.other" in p for p in unit_paths(lw_world, "run_sel1"))
+    assert f"{STEP_PREFIX}/selector-2/1/model.other" in unit_paths(lw_world, "run_sel1")
     assert lw.replay_run(lw_world, "run_sel1", wf).output == res.output
 
 
@@ -445,6 +505,151 @@ def test_tool_retry_is_an_lw_retry_of_the_tool_step(lw_world: Any) -> None:
     state = lw.materialize_run_state(lw_world, "run_f1")
     tool_step = next(s for p, s in state.steps.items() if p.endswith("/f1"))
     assert tool_step.attempts == 3
+
+
+def call_then_answer(tool: str, args: dict | None = None) -> FunctionModel:
+    """A model that calls `tool` once (call id `t1`), then answers with what it returned."""
+    def model_fn(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"got {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart(tool, args or {}, tool_call_id="t1")])
+
+    return FunctionModel(model_fn)
+
+
+def test_a_tool_marked_not_durable_runs_inline_in_the_workflow_body(lw_world: Any) -> None:
+    from pydantic_ai import Tool
+
+    seen: list[tuple[bool, bool]] = []
+
+    def clock() -> str:
+        # Inline: in the workflow body (the run is known), not inside a step.
+        try:
+            lw.current_step()
+            in_step = True
+        except lw.NotInStepError:
+            in_step = False
+        seen.append((lw.current_run() is not None, not in_step))
+        return "noon"
+
+    agent = Agent(call_then_answer("clock"), name="inline",
+                  tools=[Tool(clock, metadata={"little_workflow": False})],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="inline")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("time?")).output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_in1")
+    assert res.output == {"output": "got noon"} and seen == [(True, True)]
+    # Only the model requests are steps; the tool call is not recorded.
+    assert sorted(unit_paths(lw_world, "run_in1")) == [
+        f"{STEP_PREFIX}/inline-1/1/model", f"{STEP_PREFIX}/inline-1/2/model"]
+    # As with DBOS's inline tools, a replay (or a resume) calls it again: not a step.
+    assert lw.replay_run(lw_world, "run_in1", wf).output == res.output and len(seen) == 2
+
+
+def test_per_tool_retry_and_timeout_come_from_the_tool_metadata(lw_world: Any) -> None:
+    from pydantic_ai import Tool
+
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("try again")
+        return "ok"
+
+    async def slow() -> str:
+        await asyncio.sleep(30)
+        return "late"
+
+    retried = Agent(call_then_answer("flaky"), name="per_tool",
+                    tools=[Tool(flaky, metadata={"little_workflow": {
+                        "retry": lw.Retry(max_attempts=3, backoff=0)}})],
+                    capabilities=[LittleWorkflowDurability()])
+    timed = Agent(call_then_answer("slow"), name="per_tool_timeout",
+                  tools=[Tool(slow, metadata={"little_workflow": {"timeout": 0.2}})],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="per-tool")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        out = {"retried": (await retried.run("go")).output}
+        try:
+            await timed.run("go")
+        except lw.StepTimeoutError as e:
+            out["timedOut"] = str(e)
+        return out
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_pt1")
+    assert res.output["retried"] == "got ok" and len(calls) == 3
+    assert "0.2" in res.output["timedOut"]
+    state = lw.materialize_run_state(lw_world, "run_pt1")
+    assert state.steps[f"{STEP_PREFIX}/per_tool-1/1/flaky/t1"].attempts == 3
+    assert state.steps[f"{STEP_PREFIX}/per_tool_timeout-1/1/slow/t1"].status == "failed"
+
+
+def test_tool_metadata_the_capability_cannot_read_is_an_error_naming_the_tool(lw_world: Any) -> None:
+    from pydantic_ai import Tool
+    from pydantic_ai.exceptions import UserError
+
+    def lookup() -> str:
+        return "x"
+
+    agent = Agent(call_then_answer("lookup"), name="bad_meta",
+                  tools=[Tool(lookup, metadata={"little_workflow": {"retries": 3}})],
+                  capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="bad-meta")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        return {"output": (await agent.run("go")).output}
+
+    with pytest.raises(lw.WorkflowFailedError) as info:
+        lw.run_workflow(wf, {}, world=lw_world, run_id="run_bm1")
+    cause = info.value.__cause__
+    assert isinstance(cause, UserError)
+    assert "'lookup'" in str(cause) and "'retries'" in str(cause) and "retry" in str(cause)
+
+
+def runtime_tool() -> str:
+    return "tool-result"
+
+
+def test_a_function_toolset_added_at_run_time_runs_inline(lw_world: Any) -> None:
+    from pydantic_ai import FunctionToolset
+
+    agent = Agent(call_then_answer("runtime_tool"), name="runtime_fn",
+                  capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="runtime-fn")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        result = await agent.run("go", toolsets=[FunctionToolset(tools=[runtime_tool])])
+        return {"output": result.output}
+
+    res = lw.run_workflow(wf, {}, world=lw_world, run_id="run_rt1")
+    assert res.output == {"output": "got tool-result"}
+    assert sorted(unit_paths(lw_world, "run_rt1")) == [
+        f"{STEP_PREFIX}/runtime_fn-1/1/model", f"{STEP_PREFIX}/runtime_fn-1/2/model"]
+
+
+def test_a_dynamic_toolset_added_at_run_time_is_still_refused(lw_world: Any) -> None:
+    from pydantic_ai import FunctionToolset
+    from pydantic_ai.exceptions import UserError
+    from pydantic_ai.toolsets._dynamic import DynamicToolset
+
+    agent = Agent(call_then_answer("runtime_tool"), name="runtime_dyn",
+                  capabilities=[LittleWorkflowDurability()])
+
+    @lw.workflow(id="runtime-dyn")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        toolset = DynamicToolset(lambda _: FunctionToolset(tools=[runtime_tool]), id="dyn")
+        return {"output": (await agent.run("go", toolsets=[toolset])).output}
+
+    with pytest.raises(lw.WorkflowFailedError) as info:
+        lw.run_workflow(wf, {}, world=lw_world, run_id="run_rd1")
+    assert isinstance(info.value.__cause__, UserError)
+    assert "DynamicToolset" in str(info.value.__cause__)
 
 
 def test_sigkill_while_waiting_for_approval_then_approve_and_resume(tmp_path: Any) -> None:

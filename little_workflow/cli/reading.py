@@ -18,6 +18,14 @@ from .formatting import dump_json, rich_console, stored_value
 from .options import UserError, require_run, world_options
 
 
+def stream_label(event_type: str, payload: dict[str, Any]) -> str | None:
+    if not event_type.startswith("stream."):
+        return None
+    from ..runtime.streams import record_label
+
+    return record_label(event_type, payload)
+
+
 @click.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="print the events as JSON, as stored")
@@ -39,7 +47,8 @@ def events(run_id: str, as_json: bool, follow: bool, world: WorldLike) -> None:
     table = Table("seq", "type", "step / detail", "created")
     for e in evs:
         p = e.payload if isinstance(e.payload, dict) else {}
-        detail = str(p.get("stepPath") or p.get("name") or p.get("workflowId") or "")
+        detail = str(p.get("stepPath") or p.get("name") or p.get("workflowId")
+                     or stream_label(e.type, p) or "")
         if e.type.endswith(".failed") and p.get("error"):
             detail = (detail + ": " if detail else "") + error_text(p["error"])
         table.add_row(str(e.sequence), e.type, detail, e.created_at)

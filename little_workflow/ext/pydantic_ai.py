@@ -10,18 +10,32 @@ async def answer(ctx, input):
 ```
 
 Inside a workflow body, every model request and tool call of the agent run is a durable
-step (`ctx.step`) whose path is keyed by the agent run id and the run step, or the
-tool-call id: `pydantic-ai/<agentRunId>/<runStep>/<operation>[/<toolCallId>]`, never by the
-order calls happen in, so concurrent agent runs and parallel tool calls cannot swap
-results on resume. A resumed (or replayed) run gets every committed response and tool
-result from the log and calls nothing committed again. The agent run id and start time
-come from `ctx.uuid()` and `ctx.now()`, so they are the same on resume; waits inside the
-agent graph (polling a model's background job) are `ctx.sleep` timers: a resumed run
-waits only until the committed wake time. A failed model request or tool call is recorded
-with its type (name, module, qualified name) and, served from the log, raises the same
-class again (`recorded_exception` says what is kept), so a body that catches by type takes
-the same branch on resume. Values cross the step boundary as JSON (Pydantic AI's
-JSON codec); outputs over 64 KiB go to artifacts as every step output does.
+step (`ctx.step`) whose path says which agent run, which turn, and what:
+
+    pydantic-ai/support-1/1/model          the first model request of support's first run
+    pydantic-ai/support-1/1/lookup/call_7  the tool call `call_7` that request asked for
+    pydantic-ai/support-1/2/model          the next request (turn = Pydantic AI's run step)
+
+`support-1` is the agent's name and the number of its run in this workflow run (in the
+order the agent runs start); a tool call is keyed by its tool-call id, never by the order
+calls finish in, so concurrent agent runs and parallel tool calls cannot swap results on
+resume. A resumed (or replayed) run gets every committed response and tool result from the
+log and calls nothing committed again. The agent run id is `<workflow run id>:<label>`
+(`run_a1:support-1`, nothing recorded: a resumed run starts its agent runs in the same
+order) and its start time comes from `ctx.now()`, so both are the same on resume; waits inside the agent graph (polling a model's background job) are `ctx.sleep`
+timers: a resumed run waits only until the committed wake time. A failed model request or
+tool call is recorded with its type (name, module, qualified name) and, served from the
+log, raises the same class again (`recorded_exception` says what is kept), so a body that
+catches by type takes the same branch on resume. Values cross the step boundary as JSON
+(Pydantic AI's JSON codec); outputs over 64 KiB go to artifacts as every step output does.
+
+Per tool, through the tool's metadata under `"little_workflow"` (as `"temporal"` is for
+Temporal): `False` runs the tool inline in the workflow body, not as a step — as DBOS runs
+plain function tools: nothing is recorded, so a resume or replay calls it again (for tools
+without side effects, or that make their own steps) — and `{"retry": lw.Retry(...),
+"timeout": seconds}` sets that tool's step options. A `FunctionToolset` passed to
+`agent.run(toolsets=...)` runs inline the same way; MCP and dynamic toolsets must be given
+to the agent when it is built.
 
 Outside a workflow (or inside a step function) the capability does nothing: the agent runs
 as it would without it.
@@ -40,7 +54,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypedDict
 from weakref import WeakKeyDictionary
 
 try:
@@ -56,16 +70,22 @@ try:
     from pydantic_ai.durable_exec import (
         JSON_CODEC,
         BaseDurabilityCapability,
+        CapabilityOperationId,
         DurabilityEngineSpec,
         DurableOperationId,
         EventStreamHandlerId,
         JournalCallableOperationBackend,
+        ModelCancelSuspendedResponseId,
+        ModelCompactMessagesId,
         ModelRequestId,
         RoleBasedOperationConfig,
         ToolsetCallToolId,
+        ToolsetGetInstructionsId,
+        ToolsetGetToolsId,
         ToolsetValidateToolArgumentsId,
         conversation_id_from_run_id,
     )
+    from pydantic_ai.exceptions import UserError
     from pydantic_ai.messages import AgentStreamEvent
     from pydantic_ai.models import Model
     from pydantic_ai.run import AgentRunResult
@@ -78,20 +98,23 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from ..errors import StepFailedError
+from ..runtime.approvals import TOOL_APPROVAL
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
+from .pydantic_ai_streams import StreamRouting, aagent_events, agent_events
 
-__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "wait_for_approvals"]
+__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "aagent_events", "agent_events",
+           "wait_for_approvals"]
 
 #: The first segment of every step path the capability makes.
 STEP_PREFIX = "pydantic-ai"
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_.-]{1,80}")
 
-# The agent run whose stream event is being handled: event-handler units carry only the
+# The agent run and the stream event being handled: event-handler units carry only the
 # event in their cache key, so the run context reaches `execute` this way.
-_event_run: ContextVar[AgentRunContext[Any] | None] = ContextVar("lw_pydantic_ai_event_run",
-                                                                  default=None)
+_event_run: ContextVar[tuple[AgentRunContext[Any], AgentStreamEvent] | None] = ContextVar(
+    "lw_pydantic_ai_event_run", default=None)
 
 
 def _segment(text: str) -> str:
@@ -119,13 +142,31 @@ def _in_workflow_body() -> RunContext | None:
     return ctx
 
 
-class _Occurrences:
-    """How many units have used each path key in a run: two units with the same key (the
-    same tool listing asked twice in one run step) get `-2`, `-3`… in the order they come,
-    which is stable because they belong to one agent run step."""
+class _RunPaths:
+    """What the capability remembers of each workflow run (held weakly by its RunContext):
+    the label of each agent run (`<agent name>-<n>`, numbered per agent name in the order
+    the runs start) and how many units used each path key — two units with the same key
+    (the same tool listing asked twice in one run step) get `-2`, `-3`… in the order they
+    come, which is stable because they belong to one agent run step."""
 
     def __init__(self) -> None:
+        self._labels: WeakKeyDictionary[RunContext, dict[str, str]] = WeakKeyDictionary()
+        self._started: WeakKeyDictionary[RunContext, dict[str, int]] = WeakKeyDictionary()
         self._seen: WeakKeyDictionary[RunContext, dict[str, int]] = WeakKeyDictionary()
+
+    def label_new_run(self, ctx: RunContext, agent_name: str) -> str:
+        """A label for an agent run starting now: `<agent name>-<n>`."""
+        started = self._started.setdefault(ctx, defaultdict(int))
+        started[agent_name] += 1
+        label = f"{agent_name}-{started[agent_name]}"
+        self._labels.setdefault(ctx, {})[f"{ctx.run_id}:{label}"] = label
+        return label
+
+    def label(self, ctx: RunContext, run_id: str) -> str:
+        """The agent run's label; a run id the caller chose (`agent.run(run_id=...)`) is
+        its own label."""
+        label = self._labels.get(ctx, {}).get(run_id)
+        return label if label is not None else _segment(run_id)
 
     def path(self, ctx: RunContext, key: str) -> str:
         seen = self._seen.setdefault(ctx, defaultdict(int))
@@ -136,7 +177,44 @@ class _Occurrences:
 
 # One for the process: Pydantic AI builds a backend per request, and a workflow run may
 # hold several agents; runs are told apart by their RunContext (held weakly).
-_OCCURRENCES = _Occurrences()
+_RUN_PATHS = _RunPaths()
+
+
+class UnitConfig(TypedDict):
+    """The step options of one durable unit: `ctx.step(..., retry=, timeout=)`."""
+
+    retry: Retry | None
+    timeout: float | None
+
+
+#: The keys a tool's `"little_workflow"` metadata may hold.
+TOOL_CONFIG_KEYS = frozenset(UnitConfig.__annotations__)
+
+
+def tool_unit_config(tool_name: str, config: Mapping[str, Any]) -> UnitConfig:
+    """A tool's step options from its merged metadata: `retry` (an `lw.Retry` or the dict
+    of one's fields) and `timeout` (seconds); anything else is a UserError naming the tool."""
+    unknown = sorted(set(config) - TOOL_CONFIG_KEYS)
+    if unknown:
+        raise UserError(
+            f"tool {tool_name!r}: little_workflow metadata {unknown[0]!r} is not a step option; "
+            f"use {sorted(TOOL_CONFIG_KEYS)} (e.g. {{'retry': lw.Retry(max_attempts=3), "
+            f"'timeout': 30}}), or False to run the tool inline")
+    retry = config.get("retry")
+    if isinstance(retry, Mapping):
+        try:
+            retry = Retry(**retry)
+        except (TypeError, ValueError) as e:
+            raise UserError(f"tool {tool_name!r}: little_workflow metadata 'retry': {e}") from None
+    if retry is not None and not isinstance(retry, Retry):
+        raise UserError(f"tool {tool_name!r}: little_workflow metadata 'retry' is an lw.Retry "
+                        f"or a dict of its fields, not {retry!r}")
+    timeout = config.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or timeout <= 0):
+        raise UserError(f"tool {tool_name!r}: little_workflow metadata 'timeout' is a number of "
+                        f"seconds above 0, not {timeout!r}")
+    return UnitConfig(retry=retry, timeout=None if timeout is None else float(timeout))
 
 
 def recorded_exception(error: Mapping[str, Any]) -> Exception | None:
@@ -165,12 +243,19 @@ def recorded_exception(error: Mapping[str, Any]) -> Exception | None:
     return exc
 
 
-class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | None"]):
+async def _call_unit(body: Callable[[], Awaitable[object]]) -> object:
+    # Unannotated on purpose: the unit's result is already JSON (Pydantic AI's codec), so
+    # the step keeps it as plain JSON without looking up a type for each unit.
+    return await body()
+
+
+class LittleWorkflowOperationBackend(JournalCallableOperationBackend[UnitConfig]):
     """Runs each durable unit of an agent run as one `ctx.step` of the enclosing workflow."""
 
     def __init__(self, *, agent_name: str, default_model_id: str | None,
-                 config: RoleBasedOperationConfig[Retry | None]) -> None:
+                 config: RoleBasedOperationConfig[UnitConfig]) -> None:
         super().__init__(agent_name=agent_name, default_model_id=default_model_id, config=config)
+        self._default_model_id = default_model_id
 
     async def execute(
         self,
@@ -179,18 +264,15 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | No
         name: str,
         body: Callable[[], Awaitable[object]],
         cache_key: tuple[object, ...],
-        config: Retry | None,
+        config: UnitConfig,
     ) -> object:
         ctx = _in_workflow_body()
         if ctx is None:
             return await body()
-        path = _OCCURRENCES.path(ctx, self._path_key(operation_id, name, cache_key))
-
-        async def unit() -> object:
-            return await body()
-
+        path = _RUN_PATHS.path(ctx, self._path_key(ctx, operation_id, name, cache_key))
         try:
-            return await ctx.step(path, unit, retry=config)
+            return await ctx.step(path, _call_unit, body, retry=config["retry"],
+                                  timeout=config["timeout"])
         except StepFailedError as e:
             # The first execution raises what the model or tool raised (Pydantic AI and the
             # workflow body act on the type); a failure served from the log raises the same
@@ -202,26 +284,58 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend["Retry | No
                 raise
             raise again from e
 
-    def _path_key(self, operation_id: DurableOperationId, name: str,
+    def _path_key(self, ctx: RunContext, operation_id: DurableOperationId, name: str,
                   cache_key: tuple[object, ...]) -> str:
         run = next((v for v in cache_key if isinstance(v, AgentRunContext)), None)
-        if run is None:
-            run = _event_run.get()
-        operation = _name_segment(name)
+        tool_name, tool_call_id = (run.tool_name, run.tool_call_id) if run else (None, None)
+        handled = _event_run.get()
+        if run is None and handled is not None:
+            run, event = handled
+            # A tool's call and result events name their call: keyed by it, not by the
+            # order parallel tools' events arrive in.
+            part = getattr(event, "part", None)
+            tool_name = getattr(part, "tool_name", None)
+            tool_call_id = getattr(part, "tool_call_id", None)
         if run is None or run.run_id is None:
-            return f"{STEP_PREFIX}/{operation}"
-        base = f"{STEP_PREFIX}/{_segment(run.run_id)}"
-        if isinstance(operation_id, EventStreamHandlerId):
-            return f"{base}/events/{operation}"  # numbered by _Occurrences, in stream order
-        if isinstance(operation_id, (ToolsetCallToolId, ToolsetValidateToolArgumentsId)):
-            call = run.tool_call_id or "-"
-            return f"{base}/{run.run_step}/{operation}/{_segment(call)}"
-        if isinstance(operation_id, ModelRequestId):
-            return f"{base}/{run.run_step}/{operation}"
-        return f"{base}/{run.run_step}/{operation}"
+            return f"{STEP_PREFIX}/{_name_segment(name)}"
+        tool_call = f"{_name_segment(tool_name or 'tool')}/{_segment(tool_call_id or '-')}" \
+            if tool_call_id else None
+        return f"{STEP_PREFIX}/{_RUN_PATHS.label(ctx, run.run_id)}/{run.run_step}/" \
+               f"{self._unit_name(operation_id, name, tool_call)}"
+
+    def _model_suffix(self, model_id: str | None) -> str:
+        if model_id is None or model_id == self._default_model_id:
+            return ""
+        return "." + _name_segment(model_id)
+
+    def _unit_name(self, operation_id: DurableOperationId, name: str,
+                   tool_call: str | None) -> str:
+        """The last part of a unit's path: `model` (`.stream`, `.<model id>` when another
+        model than the agent's own), `<tool>/<call id>`, or what the operation is."""
+        match operation_id:
+            case ModelRequestId(model_id=model_id, streaming=streaming):
+                return ("model.stream" if streaming else "model") + self._model_suffix(model_id)
+            case ModelCancelSuspendedResponseId(model_id=model_id):
+                return "model.cancel" + self._model_suffix(model_id)
+            case ModelCompactMessagesId(model_id=model_id):
+                return "model.compact" + self._model_suffix(model_id)
+            case ToolsetCallToolId():
+                return tool_call or "tool/-"
+            case ToolsetValidateToolArgumentsId():
+                return f"{tool_call or 'tool/-'}.args"
+            case EventStreamHandlerId():
+                # Numbered by _RunPaths in stream order, which is fixed within one tool call.
+                return f"{tool_call}.event" if tool_call else "event"
+            case ToolsetGetToolsId(toolset_id=toolset_id):
+                return f"tools.{_name_segment(toolset_id)}"
+            case ToolsetGetInstructionsId(toolset_id=toolset_id):
+                return f"instructions.{_name_segment(toolset_id)}"
+            case CapabilityOperationId(capability_id=capability_id, operation=operation):
+                return _name_segment(f"{capability_id}.{operation}")
+        return _name_segment(name)  # an operation kind newer than this module
 
 
-class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
+class LittleWorkflowDurability(StreamRouting, BaseDurabilityCapability[AgentDepsT]):
     """Makes an agent's model requests and tool calls durable steps of the enclosing
     little-workflow run; transparent outside one.
 
@@ -234,6 +348,14 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         model_retry / tool_retry: an `lw.Retry` for model-request and tool-call steps.
             Default: no step-level retry (the model client retries requests itself, and a
             tool that wants another try raises `ModelRetry`, which is a result, not an error).
+            A tool's own metadata `{"little_workflow": {"retry": ..., "timeout": ...}}`
+            overrides them for that tool; `{"little_workflow": False}` runs it inline.
+        stream: the key of a run stream the agent's events go to as they happen (text and
+            tool-call deltas, tool calls and results, the run's result): read them with
+            `agent_events(world, run_id, key)` from any process (pydantic_ai_streams.py).
+
+    Streamed requests (`run_stream`, `iter`, `run_stream_events`) deliver the model's deltas
+    inside a durable run as outside one (pydantic_ai_streams.py).
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -245,8 +367,10 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         wrapped_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
         toolset_lifecycles={"function": "enter-always", "mcp": "enter-in-durable-unit",
                             "dynamic": "enter-never"},
-        # Toolsets passed at run time bypass the wrapping, so their calls would not be steps.
-        unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
+        # A function toolset passed at run time bypasses the wrapping: its tools run inline
+        # in the workflow body, as DBOS runs them. MCP and dynamic toolsets do I/O to list
+        # their tools, which only a step may do, so they must be given to the agent.
+        unsupported_runtime_toolset_kinds=frozenset({"mcp", "dynamic"}),
         journal_discovery=True,
         sequential_tools_in_durable_context=False,
         tool_config_key="little_workflow",
@@ -260,8 +384,10 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         name: str | None = None,
         model_retry: Retry | None = None,
         tool_retry: Retry | None = None,
+        stream: str | None = None,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
+        self.run_stream_key = stream
         self._model_retry = model_retry
         self._tool_retry = tool_retry
 
@@ -270,19 +396,37 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         return _in_workflow_body() is not None
 
     def get_durable_operation_backend(self) -> LittleWorkflowOperationBackend:
+        no_options = UnitConfig(retry=None, timeout=None)
+        tool_options = UnitConfig(retry=self._tool_retry, timeout=None)
+        per_tool = self._build_resolve_tool_config(tool_options)
+
+        def resolve_tool(operation_id: DurableOperationId, tool: object | None,
+                         tool_name: str) -> UnitConfig | Literal[False]:
+            # Pydantic AI merges the tool's `little_workflow` metadata over the defaults,
+            # and answers False for a tool marked not durable (run inline).
+            config = per_tool(tool, tool_name)  # type: ignore[arg-type]
+            return False if config is False else tool_unit_config(tool_name, config)
+
         return LittleWorkflowOperationBackend(
             agent_name=self.name,
             default_model_id=self.default_model_id,
-            config=RoleBasedOperationConfig(model=self._model_retry, event=None, capability=None,
-                                            tool=self._tool_retry),
+            config=RoleBasedOperationConfig(
+                model=UnitConfig(retry=self._model_retry, timeout=None), event=no_options,
+                capability=no_options, tool=tool_options, resolve_tool=resolve_tool),
         )
 
     # ---- stable identity and time on resume ----------------------------------------
 
     def get_default_run_id(self) -> str | None:
         ctx = _in_workflow_body()
-        # Recorded in the run's log: a resumed or replayed run gets the same id.
-        return None if ctx is None else f"agent-{ctx.uuid().hex}"
+        if ctx is None:
+            return None
+        # The workflow run's id and the agent run's label (its number among this agent's
+        # runs in the workflow run, in the order they start): a resumed or replayed run
+        # starts them in the same order and gets the same ids, with nothing recorded —
+        # as DBOS derives its agent run ids from the workflow id and step.
+        label = _RUN_PATHS.label_new_run(ctx, _name_segment(self.name))
+        return f"{ctx.run_id}:{label}"
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         return conversation_id_from_run_id(run_id) if self.in_durable_context else None
@@ -298,7 +442,7 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         run = _in_workflow_body()
         if run is None:
             return await super().wrap_run(ctx, handler=handler)
-        prefix = f"{STEP_PREFIX}/{_segment(ctx.run_id or '-')}/sleep"
+        prefix = f"{STEP_PREFIX}/{_RUN_PATHS.label(run, ctx.run_id or '-')}/sleep"
 
         async def durable_sleep(seconds: float) -> None:
             if _in_workflow_body() is None:
@@ -306,14 +450,14 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
 
                 await anyio.sleep(max(seconds, 0))
                 return
-            await run.sleep(_OCCURRENCES.path(run, prefix), max(seconds, 0))
+            await run.sleep(_RUN_PATHS.path(run, prefix), max(seconds, 0))
 
         with Agent.using_sleep(durable_sleep):
             return await super().wrap_run(ctx, handler=handler)
 
     async def _dispatch_event_stream_event(self, ctx: AgentRunContext[AgentDepsT],
                                            event: AgentStreamEvent) -> None:
-        token = _event_run.set(ctx)
+        token = _event_run.set((ctx, event))
         try:
             await super()._dispatch_event_stream_event(ctx, event)
         finally:
@@ -332,26 +476,45 @@ async def wait_for_approvals(
     (tools with `requires_approval=True`), and return the `DeferredToolResults` to pass to
     the next `agent.run(message_history=..., deferred_tool_results=...)`.
 
-    The decision arrives as an event sent to the run:
-    `lw.send_event(world, run_id, "approval", {"approvals": {tool_call_id: true | false |
-    "reason it was denied"}})`; a call the payload does not name is denied. It is a
-    `ctx.wait_for_event`, so with `run_workflow(..., suspend=True)` the run stops while it
-    waits and continues where it was once the event is sent. None when `timeout` passes.
+    Each decision arrives as an event sent to the run — `lw.approve_tool_call(world,
+    run_id, tool_call_id, approved=..., reason=...)`, `little approve RUN CALL_ID [--deny]`,
+    or by hand `lw.send_event(world, run_id, "approval", {"approvals": {tool_call_id: true
+    | false | "reason it was denied"}})` — and one event may decide several calls. Until
+    every call is decided the run waits again (`path`, then `path-2`, `path-3`…), each
+    wait recording the calls still undecided (tool name, arguments, call id), which is
+    what `lw.pending_approvals(world)` and `little approvals` list. These are
+    `ctx.wait_for_event`s, so with `run_workflow(..., suspend=True)` the run stops while it
+    waits and continues where it was once an event is sent. `timeout` (seconds) applies to
+    each wait; None when one passes.
     """
-    payload = await ctx.wait_for_event(path, event_name, timeout=timeout)
-    if payload is None:
-        return None
-    decisions = payload.get("approvals") if isinstance(payload, dict) else None
-    if not isinstance(decisions, dict):
-        raise ValueError(
-            f"approval event for step {path!r} of run {ctx.run_id}: expected "
-            f"{{'approvals': {{tool_call_id: true | false | 'reason'}}}}, got {payload!r}")
+    calls = {call.tool_call_id: call for call in requests.approvals}
+    decisions: dict[str, Any] = {}
+    round_ = 1
+    while len(decisions) < len(calls):
+        undecided = [call for call_id, call in calls.items() if call_id not in decisions]
+        wait_path = path if round_ == 1 else f"{path}-{round_}"
+        request = {"kind": TOOL_APPROVAL, "calls": [
+            {"toolCallId": call.tool_call_id, "toolName": call.tool_name,
+             "args": call.args_as_dict()} for call in undecided]}
+        payload = await ctx.wait_for_event(wait_path, event_name, timeout=timeout,
+                                           request=request)
+        if payload is None:
+            return None
+        answered = payload.get("approvals") if isinstance(payload, dict) else None
+        if not isinstance(answered, dict):
+            raise ValueError(
+                f"approval event for step {wait_path!r} of run {ctx.run_id}: expected "
+                f"{{'approvals': {{tool_call_id: true | false | 'reason'}}}}, got {payload!r}")
+        for call in undecided:
+            if call.tool_call_id in answered:
+                decisions[call.tool_call_id] = answered[call.tool_call_id]
+        round_ += 1
     approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
-    for call in requests.approvals:
-        decision = decisions.get(call.tool_call_id, False)
+    for call_id in calls:
+        decision = decisions[call_id]
         if decision is True:
-            approvals[call.tool_call_id] = True
+            approvals[call_id] = True
         else:
             reason = decision if isinstance(decision, str) else "The tool call was not approved."
-            approvals[call.tool_call_id] = ToolDenied(reason)
+            approvals[call_id] = ToolDenied(reason)
     return DeferredToolResults(approvals=approvals)

@@ -17,6 +17,7 @@ from typing import Any
 
 import little_workflow as lw
 
+from ..runtime.streams import record_label
 from ..runtime.values import stored_value
 from ..world.protocol import WorldLike
 from ..world.vocabulary import OWNER_EVENTS, RUN_ENDINGS
@@ -106,7 +107,8 @@ def fold_events(events: list[Any]) -> dict[str, Any]:
         p = e.payload if isinstance(e.payload, dict) else {}
         t = rel(e.created_at) or 0.0
         path = p.get("stepPath") if isinstance(p.get("stepPath"), str) else None
-        rows.append([e.sequence, e.type, t, path or p.get("callPath") or p.get("name") or "",
+        rows.append([e.sequence, e.type, t, path or p.get("callPath") or p.get("name")
+                     or record_label(e.type, p) or "",
                      _payload_text(p if p else e.payload)])
         kind = e.type
         if kind == "run.created":

@@ -19,6 +19,7 @@ from .pipeline import call_workflow
 from .plans import Plans
 from .state import RunLog
 from .step_engine import Mode
+from .steps import current_step_or_none
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -51,6 +52,8 @@ class RunContext(ParallelGroups):
     """Handed to the workflow function: `await ctx.step(...)`, `await ctx.parallel(...)`."""
 
     suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
+    #: The position of the next `write_stream` call from workflow code (streams.py).
+    stream_position = 0
 
     def __init__(
         self,
@@ -135,28 +138,30 @@ class RunContext(ParallelGroups):
 
     # Typed for callers: `type=Approval` gives an `Approval | None`; without it, JSON.
     @overload
-    async def wait_for_event(self, path: str, name: str, timeout: float | None = None,
-                             ) -> Any | None: ...
+    async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
+                             request: Any = None) -> Any | None: ...
 
     @overload
     async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,  # type: ignore[overload-overlap]
-                             type: type[T]) -> T | None: ...
+                             type: type[T], request: Any = None) -> T | None: ...
 
     @overload
     async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
-                             type: Any) -> Any | None: ...
+                             type: Any, request: Any = None) -> Any | None: ...
 
     async def wait_for_event(self, path: str, name: str, timeout: float | None = None, *,
-                             type: Any = None) -> Any | None:
+                             type: Any = None, request: Any = None) -> Any | None:
         """The payload of the first event `name` sent to this run (`lw.send_event`) that
         no earlier wait took, or None once `timeout` seconds have passed. With `type=T`
         (a pydantic model, dataclass, or any annotation) the payload is decoded to a T,
         on the first run as on resume and replay; one that does not fit is
-        a StepError naming the wait and the type."""
+        a StepError naming the wait and the type. `request` (JSON) is recorded with the
+        wait and says what it asks for: `{"kind": "tool-approval", "calls": [{"toolCallId",
+        "toolName", "args"}]}` makes each call one of `lw.pending_approvals(world)`."""
         from .signals import wait_for_event
 
         return await wait_for_event(self, path, name, timeout,
-                                    codec_for(type) if type is not None else None)
+                                    codec_for(type) if type is not None else None, request)
 
     def now(self) -> datetime:
         """The World clock's time as an aware UTC datetime, recorded: a resumed or
@@ -170,6 +175,30 @@ class RunContext(ParallelGroups):
         from .timers import new_uuid
 
         return new_uuid(self)
+
+    # ---- durable streams (streams.py) ------------------------------------------------
+
+    async def write_stream(self, key: str, value: Any) -> None:
+        """Append `value` (JSON, or a pydantic model, dataclass...) to this run's durable
+        stream `key`, which `lw.read_stream` / `little stream` readers get in order, from
+        any process, as it is written. Exactly once: a resumed or replayed run finds the
+        write its log holds for this call and writes nothing again. A closed stream takes
+        no more writes (StepError)."""
+        from .streams import write_from_workflow
+
+        step = current_step_or_none()
+        if step is not None and step.run_id == self.run_id:
+            # ctx used inside a step function: that step's write (at least once).
+            await step.awrite_stream(key, value)
+            return
+        await write_from_workflow(self, key, value)
+
+    async def close_stream(self, key: str) -> None:
+        """Close stream `key`: its readers end after its last value; later writes are a
+        StepError. Closing it again changes nothing."""
+        from .streams import close_from_workflow
+
+        await close_from_workflow(self, key)
 
     # ---- features built on top (memory, plans, pipelines, bash) -----------------------
 

@@ -1,7 +1,9 @@
 """Messages to runs: `lw.send_event` appends `signal.received {name, payload}` to a run's
 log; `ctx.wait_for_event` takes the first such event no earlier wait took.
 
-Records of a wait: `wait.started {stepPath, name, deadline}`; `wait.timed_out {stepPath}`
+Records of a wait: `wait.started {stepPath, name, deadline[, request]}` (`request`: what the
+wait asks for, JSON, shown to whoever answers it — a tool approval's calls are listed by
+`lw.pending_approvals`, approvals.py); `wait.timed_out {stepPath}`
 once the deadline passed; `wait.completed {stepPath, name, signalSequence}` (null on a
 timeout). Arrival against timeout is decided by log order: a wait that timed out at
 sequence T still takes a matching event appended before T. A resumed or replayed run
@@ -55,7 +57,7 @@ def waiting_for(path: str, rec: dict[str, Any]) -> dict[str, Any]:
 
 
 async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None,
-                         codec: Codec | None = None) -> Any:
+                         codec: Codec | None = None, request: Any = None) -> Any:
     codec = codec or PLAIN
     ctx.claim_path(path)
     if not isinstance(name, str) or not name:
@@ -80,7 +82,13 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None,
         if watch is not None:
             watch.at_boundary()
         deadline = None if timeout is None else to_iso(clock.now() + max(0.0, float(timeout)))
-        await ctx.append("wait.started", {"stepPath": path, "name": name, "deadline": deadline})
+        started = {"stepPath": path, "name": name, "deadline": deadline}
+        if request is not None:
+            try:
+                started["request"] = encode_untyped(request)
+            except ValueCodecError as e:
+                raise StepError(ctx.run_id, path, f"the wait's request {e.reason}") from None
+        await ctx.append("wait.started", started)
         rec = log.waits[path]
     refreshed = False
     while True:

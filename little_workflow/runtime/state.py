@@ -67,6 +67,10 @@ class RunLog:
     # (recorded values, memory reads and writes, kept and reused plans, patch markers), by
     # the key the code asks for them with (history.py), with their sequence.
     marks: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    # durable streams (streams.py): the key of each write from workflow code, by position;
+    # the sequence of each stream's close, by key
+    stream_writes: dict[int, str] = field(default_factory=dict)
+    closed_streams: dict[str, int] = field(default_factory=dict)
     started_version: str | None = None  # the `version` of the first run.started naming one
     refused: dict[str, Any] | None = None  # run.resume_refused since the last run.started
 
@@ -112,6 +116,16 @@ class RunLog:
             self.refused = p
         elif t in TIME_AND_MESSAGE_EVENTS:
             fold_time_event(self, e, p)
+        elif t == "stream.written":
+            position = p.get("position")
+            if isinstance(position, int) and isinstance(p.get("key"), str):
+                self.stream_writes.setdefault(position, p["key"])
+                self.marks.setdefault(("stream", position), e.sequence)
+        elif t == "stream.closed":
+            key = p.get("key")
+            if isinstance(key, str):
+                self.closed_streams.setdefault(key, e.sequence)
+                self.marks.setdefault(("stream.closed", key), e.sequence)
         elif t.startswith("step."):
             path = p.get("stepPath")
             if not isinstance(path, str):
