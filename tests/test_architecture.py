@@ -209,7 +209,8 @@ def test_only_ext_imports_an_agent_framework():
 # facade's own module. Code outside world/ holds a WorldLike and calls its methods; it
 # never builds on these rooms (tests/test_typed_door.py checks the calls). Run deletion
 # is not among them: it works on any World's files (FilesLike), so gc calls it.
-BEHIND_THE_DOOR = ("append", "shared_state", "file_catalogue", "publish", "files", "core")
+BEHIND_THE_DOOR = ("append", "shared_state", "file_catalogue", "catalogue.files",
+                   "catalogue.sqlite", "catalogue.tracker", "publish", "files", "core")
 
 
 def test_code_outside_the_world_never_imports_the_rooms_behind_its_door():

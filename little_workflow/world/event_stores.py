@@ -25,7 +25,7 @@ from .catalogue import (
     SummaryTracker,
     changes_status,
 )
-from .file_catalogue import FileCatalogue
+from .catalogue.files import FileCatalogue
 from .ids import RUN_ID_RE
 from .posix import REAL_POSIX
 from .publish import Publisher
