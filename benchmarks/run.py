@@ -515,10 +515,10 @@ def p13(row: Any) -> None:
     sub("object_store_cost.py", P13_STEPS, "--store=s3", f"--json={out}")
     with open(out) as f:
         s3 = json.load(f)["s3"]
-    by_method = ", ".join(f"{m} {c / P13_STEPS:.1f}" for m, c in sorted(s3["by_method"].items()))
+    by_method = ", ".join(f"{m} {c}" for m, c in sorted(s3["by_method"].items()))
     row(f"P13 S3 World: requests per durable step ({P13_STEPS}-step run, run overhead "
         "subtracted)", f"{s3['requests_per_step']:.1f} requests, {s3['ms_per_step']:.1f} ms "
-        f"per step (per step of the whole run, by method: {by_method})", None, "—")
+        f"per step (the whole {P13_STEPS}-step run by method: {by_method})", None, "—")
     row("P13 S3 World: requests per run (start, lock, index, end: a 0-step run)",
         f"{s3['run_overhead_requests']} requests, {s3['run_overhead_ms']:.0f} ms", None, "—")
     row("P13 S3 World: one worker sweep with nothing to do",
