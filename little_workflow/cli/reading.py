@@ -76,13 +76,21 @@ def inspect_run(run_id: str, html_file: str, world: Any) -> None:
 
 
 @click.command()
+@click.argument("targets", nargs=-1, metavar="[MODULE[:WORKFLOW]]...")
 @click.option("--port", default=8765, show_default=True, help="port on 127.0.0.1 (0: any free one)")
 @world_options
-def ui(port: int, world: Any) -> None:
-    """Serve the runs list and live run pages on http://127.0.0.1:PORT until Ctrl-C."""
+def ui(targets: tuple[str, ...], port: int, world: Any) -> None:
+    """Serve the runs list and live run pages on http://127.0.0.1:PORT until Ctrl-C.
+
+    The pages can cancel, send events, approve or deny tool calls, fork and resume runs:
+    each action carries the token in the printed URL (open that URL). Resuming runs the
+    workflows of MODULE[:WORKFLOW] (as `little worker` does); without them, the page says
+    which code it needs."""
+    from ..ops.cli_support import load_workflows
     from ..ops.ui import serve
 
-    serve(world, port=port, say=click.echo)
+    workflows = [wf for target in targets for wf in load_workflows(target)]
+    serve(world, port=port, workflows=workflows, say=click.echo)
 
 
 @click.command()

@@ -28,9 +28,12 @@ from .options import UserError, world_options
 @click.option("--timeout", default=None, type=click.FloatRange(min=0), metavar="SECONDS",
               help="with --wait: give up waiting after this long (the run goes on)")
 @click.option("--json", "as_json", is_flag=True, help="with --wait: print the result as JSON")
+@click.option("--queue", "queue_name", default=None, metavar="Q",
+              help="put the run on queue Q: a worker starts it within the queue's limits "
+                   "(little enqueue has the queue's other options)")
 @world_options
 def start(target: str, input_json: str | None, run_id: str | None, wait: bool,
-          timeout: float | None, as_json: bool, world: Any) -> None:
+          timeout: float | None, as_json: bool, queue_name: str | None, world: Any) -> None:
     """Create a run of MODULE:WORKFLOW without executing it: a worker (`little worker`)
     executes it. Prints the run id; with --wait, blocks until the run ends and prints
     its result. A waiting handle re-reads the run every 0.25 s for other processes'
@@ -43,7 +46,10 @@ def start(target: str, input_json: str | None, run_id: str | None, wait: bool,
     except ValueError as e:
         raise UserError(f"--input is not valid JSON: {e}") from None
     try:
-        handle = lw.start_workflow(wf, value, world=world, run_id=run_id, handle=True)
+        if queue_name is not None:
+            handle = lw.enqueue(world, wf, value, queue=queue_name, run_id=run_id)
+        else:
+            handle = lw.start_workflow(wf, value, world=world, run_id=run_id, handle=True)
     except lw.InputMismatchError:
         raise UserError(f"run {run_id} exists with another input: give a new --run-id "
                         "for a new input") from None

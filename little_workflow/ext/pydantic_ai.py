@@ -52,6 +52,7 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import nullcontext
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, Literal, TypedDict
@@ -101,6 +102,7 @@ from ..errors import StepFailedError
 from ..runtime.approvals import TOOL_APPROVAL
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
+from ..runtime.telemetry import chat_span, tool_span
 from .pydantic_ai_streams import StreamRouting, aagent_events, agent_events
 
 __all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "aagent_events", "agent_events",
@@ -243,6 +245,19 @@ def recorded_exception(error: Mapping[str, Any]) -> Exception | None:
     return exc
 
 
+def _genai_span(ctx: RunContext, operation_id: DurableOperationId,
+                cache_key: tuple[object, ...]) -> Any:
+    """The OpenTelemetry GenAI span of a model request or tool call (a no-op otherwise)."""
+    run = next((v for v in cache_key if isinstance(v, AgentRunContext)), None)
+    if isinstance(operation_id, ModelRequestId):
+        model = getattr(run, "model", None)
+        return chat_span(ctx, operation_id.model_name or getattr(model, "model_name", "unknown"),
+                         provider=getattr(model, "system", None))
+    if isinstance(operation_id, ToolsetCallToolId) and run is not None and run.tool_name:
+        return tool_span(ctx, run.tool_name, call_id=run.tool_call_id)
+    return nullcontext()
+
+
 async def _call_unit(body: Callable[[], Awaitable[object]]) -> object:
     # Unannotated on purpose: the unit's result is already JSON (Pydantic AI's codec), so
     # the step keeps it as plain JSON without looking up a type for each unit.
@@ -270,8 +285,13 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend[UnitConfig]
         if ctx is None:
             return await body()
         path = _RUN_PATHS.path(ctx, self._path_key(ctx, operation_id, name, cache_key))
+
+        async def traced() -> object:
+            with _genai_span(ctx, operation_id, cache_key):
+                return await body()
+
         try:
-            return await ctx.step(path, _call_unit, body, retry=config["retry"],
+            return await ctx.step(path, _call_unit, traced, retry=config["retry"],
                                   timeout=config["timeout"])
         except StepFailedError as e:
             # The first execution raises what the model or tool raised (Pydantic AI and the

@@ -15,6 +15,7 @@ from ..world.ids import ARTIFACT_REF_PREFIX, validate_run_id
 from ..world.ids import new_run_id as make_run_id
 from ..world.models import thaw
 from .active_index import mark_active
+from .deadlines import forked_deadline
 from .plans import copy_kept_plan
 from .state import RunLog
 
@@ -134,9 +135,11 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
     with world.run_lock(fork_id):
         if world.list_events(fork_id):
             raise WorldPathError(f"run id {fork_id} is already used; pick another new_run_id")
-        # No `version`: a fork runs the code it is given, and its first run pins it.
+        # No `version`: a fork runs the code it is given, and its first run pins it. Its
+        # deadline is the source's time again, from now (the source's may be long past).
         created = {k: thaw(v) for k, v in log.created.items()
-                   if k not in ("forkedFrom", "version")}
+                   if k not in ("forkedFrom", "version", "deadline")}
+        created.update(forked_deadline(log, world.clock.now()))
         created["forkedFrom"] = {"runId": run_id, "stepPath": step_path}
         copied_refs = _Republisher(world, run_id, fork_id)
         created = _republish(world, created, fork_id, copied_refs)

@@ -24,6 +24,7 @@ from ..errors import (
     RunCancelledError,
     RunFinishedError,
     RunLockedError,
+    RunQueuedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
@@ -35,10 +36,20 @@ from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_i
 from ..world.models import thaw
 from .active_index import mark_active
 from .context import RunContext, running
+from .deadlines import (
+    Deadline,
+    deadline_of,
+    deadline_record,
+    request_cancel_if_past,
+    seconds_of,
+)
+from .deadlines import passed as deadline_passed
 from .loops import may_block_loop, run_on_own_loop
+from .queue_layout import queue_fields
 from .state import RunLog, RunResult, RunState, materialize
 from .step_engine import INLINE_OUTPUT_LIMIT
 from .steps import error_record
+from .telemetry import observe_run, run_created_fields
 from .values import decode_input, decode_output, encode_input, encode_output, stored_value
 from .versions import refuse_other_versions
 from .waiting import (
@@ -137,25 +148,41 @@ def register_version(world: Any, wf: Workflow[Any, Any]) -> None:
 
 async def arun_single(
     wf: Workflow[Any, Any], input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
-    suspend: bool = False, parent_run_id: str | None = None,
+    suspend: bool = False, parent_run_id: str | None = None, deadline: Deadline | None = None,
+    deadline_cap: float | None = None,
 ) -> RunResult[Any]:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
-    must wait (a sleep, an event) releases its lock and returns `status="waiting"`."""
+    must wait (a sleep, an event) releases its lock and returns `status="waiting"`.
+    A new run takes `deadline` (else the workflow's timeout), no later than
+    `deadline_cap` (epoch seconds: a parent run's deadline)."""
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
+    seconds = seconds_of(deadline, f"the deadline of run {run_id}")
     value = input_json(wf, input, run_id)
     if wf.skills:
         from .bash_steps import check_skill_sources
 
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
-        return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id)
+        return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id,
+                                 (wf.timeout if seconds is None else seconds, deadline_cap))
+
+
+async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: Any, run_id: str,
+                        admission: Any) -> RunResult[Any]:
+    """Start or resume a queued run that a worker admitted: the caller holds the run's
+    lock and the queue's places (`queue_picking.Admission`), and gives them back after.
+    Suspends at a wait, so the places are not held while the run waits."""
+    value = input_json(wf, input, run_id)
+    return await _run_locked(world, wf, value, run_id, None, True, None, (wf.timeout, None),
+                             admission)
 
 
 async def _run_locked(
     world: Any, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
-    parent_run_id: str | None = None,
+    parent_run_id: str | None = None, deadline: tuple[float | None, float | None] = (None, None),
+    admission: Any = None,
 ) -> RunResult[Any]:
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -170,11 +197,15 @@ async def _run_locked(
         if log.status == "failed":
             raise WorkflowFailedError(run_id, None, stored_value(world, log.error) or {},
                                       log.traceback)
+        queue = queue_fields(log.created)
+        if queue is not None and admission is None and log.status != "cancelled":
+            raise RunQueuedError(run_id, queue["name"])
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
     try:
-        return await _execute_run(ctx, wf, input, input_hash, parent_run_id)
+        return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id,
+                                                    deadline, admission))
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says
@@ -190,19 +221,29 @@ async def _run_locked(
 
 
 async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
-                       parent_run_id: str | None) -> RunResult[Any]:
+                       parent_run_id: str | None,
+                       deadline: tuple[float | None, float | None],
+                       admission: Any = None) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     resuming = log.created is not None
     if not resuming:
         # A sub-run names its parent, so the catalogue can list a pipeline's runs.
-        await create_run(ctx, wf, input, input_hash,
-                         {"parentRunId": parent_run_id} if parent_run_id else None)
+        extra = {"parentRunId": parent_run_id} if parent_run_id else {}
+        seconds, cap = deadline
+        # Counted from now: run.created is the next record (a resume keeps the stored one).
+        extra.update(deadline_record(world.clock.now(), seconds, cap))
+        await create_run(ctx, wf, input, input_hash, extra or None)
+    if deadline_passed(ctx.log, world.clock.now()):  # then it is cancelled here
+        await offload(world, request_cancel_if_past, ctx)
     await cancelled_on_entry(ctx)
     if resuming:
         await offload(world, refuse_other_versions, world, log, wf)
-    ctx.begin_execution(await ctx.append(
-        "run.started", {"start": log.starts + 1, "version": wf.code_version}, durable=False))
-    ctx.watch = RunWatch(ctx).start()
+    started = {"start": log.starts + 1, "version": wf.code_version}
+    if admission is not None:
+        started.update(admission.started_fields())  # the queue, and when it counted
+    ctx.begin_execution(await ctx.append("run.started", started, durable=False))
+    ctx.watch = RunWatch(ctx, deadline=deadline_of(log),
+                         on_deadline=functools.partial(request_cancel_if_past, ctx)).start()
     ctx.body_task = asyncio.current_task()
     try:
         with running(ctx):
@@ -272,7 +313,7 @@ def create_run_sync(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_h
     ctx.append_sync("run.created", {
         "workflowId": wf.id, "workflowVersionId": wf.version_id, "version": wf.code_version,
         "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
-        **(extra or {}),
+        **(extra or {}), **run_created_fields(ctx),
     })
 
 

@@ -58,6 +58,7 @@ class RunLog:
     timers: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> scheduled/fired
     waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> started/outcome
     signals: list[tuple[int, str, Any]] = field(default_factory=list)  # (sequence, name, payload)
+    signal_traces: dict[int, Any] = field(default_factory=dict)  # sequence -> sender's trace context
     taken: set[int] = field(default_factory=set)  # signal sequences a wait took
     open_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # what `waiting` waits for
     values: dict[str, Any] = field(default_factory=dict)  # value.recorded key -> value
@@ -193,6 +194,8 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
     t = e.type
     if t == "signal.received":
         log.signals.append((e.sequence, p.get("name"), p.get("payload")))
+        if "traceContext" in p:
+            log.signal_traces[e.sequence] = p["traceContext"]
         return
     if t == "value.recorded":
         key = p.get("key")

@@ -9,6 +9,11 @@ within milliseconds); another process's writes are found by reading the log at l
 every `POLL_SECONDS` while the run is blocked and at step boundaries — and whenever one
 of the run's own appends lands past the next sequence (`RunContext._fold_own`).
 
+A run with a deadline (DESIGN §17, deadlines.py) is watched for it too: a step boundary
+past it, a poll past it, and a sleep or wait that wakes at it (they sleep until the
+earlier of their own time and the deadline) ask for the run's cancellation there
+(`on_deadline`) and stop the run as a cancel request does.
+
 Readers outside the run (a `RunHandle` waiting for the result, a stream follower) are
 woken the same way by `announce`, on a separate list (`observe`), so what wakes them
 never costs the run or the workers a read.
@@ -19,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, RunCancelledError
 from ..world.models import Event
@@ -112,10 +117,15 @@ def announce(world: Any, run_id: str) -> None:
 
 
 class RunWatch:
-    """Keeps a running run's log up to date with what other writers append."""
+    """Keeps a running run's log up to date with what other writers append. With a
+    `deadline` (epoch seconds on the World's clock), `on_deadline()` is called once it is
+    reached (it asks for the run's cancellation), and the run stops as on a cancel."""
 
-    def __init__(self, ctx: Any):
+    def __init__(self, ctx: Any, *, deadline: float | None = None,
+                 on_deadline: Callable[[], Any] | None = None):
         self.ctx = ctx
+        self.deadline = deadline if on_deadline is not None else None
+        self._on_deadline = on_deadline
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.changed = asyncio.Event()
@@ -161,6 +171,7 @@ class RunWatch:
         if self._stopped:
             return
         self.refresh()
+        self.check_deadline()
         stop = self.cancel_requested or self.ctx.superseded is not None
         if stop and not self.cancel_issued and self.task is not None:
             # Interrupts whatever the run awaits: a sleep, a wait, async steps in flight.
@@ -192,12 +203,37 @@ class RunWatch:
             self.refresh()
         if self.ctx.superseded is not None:
             self.ctx.check_fence()  # another execution started after this one: stop here
+        self.check_deadline()
         if self.cancel_requested:
             raise asyncio.CancelledError()
 
+    def deadline_reached(self) -> bool:
+        return self.deadline is not None and self.ctx.world.clock.now() >= self.deadline
+
+    def check_deadline(self) -> None:
+        """Past the deadline with no cancel request yet: ask for one (`on_deadline`)."""
+        if self._on_deadline is not None and not self.cancel_requested \
+                and self.deadline_reached():
+            self._on_deadline()
+
+    def stop_if_due(self) -> None:
+        """After a sleep or wait woke: stop here (CancelledError) when the deadline is
+        reached or a cancel request came."""
+        self.check_deadline()
+        if self.cancel_requested:
+            raise asyncio.CancelledError()
+
+    def until(self, when: float | None) -> float | None:
+        """When a sleep or wait until `when` must wake: then, or at the deadline if sooner."""
+        if self.deadline is None:
+            return when
+        return self.deadline if when is None else min(when, self.deadline)
+
     async def wait_changed(self, until: float | None, clock: Any) -> None:
-        """Block until other writers append something, the clock reaches `until`, or a
-        poll interval passes (then re-read the log: another process may have written)."""
+        """Block until other writers append something, the clock reaches `until` (or the
+        run's deadline), or a poll interval passes (then re-read the log: another process
+        may have written)."""
+        until = self.until(until)
         waiters: list[asyncio.Task[Any]] = [asyncio.ensure_future(self.changed.wait())]
         if until is not None:
             waiters.append(asyncio.ensure_future(clock.sleep_until(until)))
@@ -280,6 +316,7 @@ async def finish_if_cancelled(ctx: Any) -> None:
     watch = ctx.watch
     if watch is not None:
         watch.refresh()
+        watch.check_deadline()  # past it, an error (a sub-run cancelled for it) is a cancel
     if ctx.log.cancel_requested is None:
         return
     if watch is not None and watch.cancel_issued and watch.task is not None:

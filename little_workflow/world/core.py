@@ -5,12 +5,13 @@ files and documents (files.py), locks — for the runtime, ops and tools to call
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..errors import LittleWorkflowError, WorldBusyError
+from ..errors import LittleWorkflowError, WorldBusyError, WorldPathError
 from . import run_deletion
 from .append import AFTER_END_ALLOWED, PendingEvent, RunLogs
 from .artifacts import ArtifactStore
@@ -31,6 +32,7 @@ from .payloads import (
     spilled_ref,
 )
 from .publish import Publisher
+from .queue_slots import Slot, take_slot
 from .shared_state import StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
 
@@ -55,6 +57,7 @@ __all__ = [
 
 #: How long `World.close()` waits, by default, for runs in flight to give their locks back.
 CLOSE_WAIT_SECONDS = 10.0
+SLOT_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
 class World(WorldFiles):
@@ -75,6 +78,7 @@ class World(WorldFiles):
         host_sources_allowed: bool,
         clock: Clock | None = None,
         read_only: bool = False,
+        slot_locks: CrossProcessLocks | None = None,
     ):
         if max_concurrent_steps is not None and max_concurrent_steps < 1:
             raise ValueError("max_concurrent_steps must be a positive integer or None")
@@ -98,6 +102,9 @@ class World(WorldFiles):
         #: Opened for reading only (local_world(..., read_only=True)): every write refused.
         self.read_only = read_only
         self._cross_process_locks = cross_process_locks
+        # Queue slots (queue_slots.py): the run locks' backend unless the World names one
+        # (local_world's run locks check pids; its slots are kernel locks).
+        self._slot_locks = slot_locks if slot_locks is not None else cross_process_locks
         # Run ids (and outer-loop fences) whose lock a caller holds through this World,
         # counted: close() waits for them instead of dropping their locks.
         self._in_flight: dict[str, int] = {}
@@ -266,6 +273,14 @@ class World(WorldFiles):
         with self._holding(f"outer loop {outer_loop_id}"), held(
                 self.state, name, outer_loop_id, self._cross_process_locks) as t:
             yield t
+
+    def take_slot(self, name: str, label: str) -> Slot | None:
+        """Hold the named slot (a place within a queue's limit) if nobody does, in any
+        process or host: a `Slot` to `release()`, or None. Kernel locks on the local
+        disk, fenced leases on object stores, this process elsewhere (queue_slots.py)."""
+        if not SLOT_NAME_RE.fullmatch(name):
+            raise WorldPathError(f"invalid slot name {name!r}: [A-Za-z0-9_-]{{1,100}}")
+        return take_slot(self.state, self._slot_locks, name, label)
 
     @contextlib.contextmanager
     def _holding(self, label: str) -> Iterator[None]:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
-from ..errors import DocumentCorruptError, WorldPathError
+from ..errors import DocumentCorruptError, StorageError, WorldPathError
 from .publish import Publisher, is_temp_name
 from .storage_errors import storage_error
 
+#: How many times `update_document` reads again after losing a race to another writer.
+UPDATE_ATTEMPTS = 200
 
 class WorldFiles:
     """The file methods of a World (its base class)."""
@@ -95,6 +98,41 @@ class WorldFiles:
     def create_document(self, relative_path: str, doc: Any) -> bool:
         """Publish a JSON document once; False when it already exists."""
         return self.create_file(relative_path, _document_bytes(doc))
+
+    def update_document(self, relative_path: str, change: Callable[[Any], Any], *,
+                        durable: bool = True) -> Any:
+        """Read-modify-write a small JSON document with no lost update: `change(doc)`
+        (None when there is none) returns the new document; it is written only if the
+        document is still the one read (compare-and-swap: the store's conditional write
+        on object stores, a kernel lock of the folder on the local disk, a lock of the
+        process elsewhere), else `change` is called again on what is there now. A
+        `change` that returns its argument unchanged writes nothing. Returns the document
+        as written (or as found)."""
+        path = self._file_path(relative_path)
+        for attempt in range(UPDATE_ATTEMPTS):
+            with _storage(path):
+                found = self.publisher.read_versioned(path)
+            doc = None
+            if found is not None:
+                try:
+                    doc = json.loads(found[0])
+                except ValueError as e:
+                    raise DocumentCorruptError(path, str(e)) from None
+            new = change(doc)
+            if new == doc:
+                return doc
+            with _storage(path):
+                if self.publisher.replace_if(path, _document_bytes(new),
+                                             found[1] if found is not None else None,
+                                             durable=durable):
+                    return new
+            # Another writer got there first: read again (a little later when it keeps
+            # happening, so contenders spread out).
+            if attempt >= 3:
+                time.sleep(min(0.05, 0.001 * 2 ** (attempt - 3)))
+        raise StorageError(path, f"could not update the document after {UPDATE_ATTEMPTS} "
+                           "attempts: other writers changed it every time",
+                           "try again; if it persists, something rewrites it in a loop")
 
 
 @contextlib.contextmanager
