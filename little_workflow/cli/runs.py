@@ -64,6 +64,7 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
     table = [[r["runId"], r["status"] + (" (no live holder)" if r.get("noLiveHolder") else ""),
               r["workflowId"] or "-", format_started(r["startedAt"]),
               format_duration(r["durationSeconds"]), str(r["steps"]),
+              _thread(r["thread"]) if "thread" in r else
               _waits_for(r.get("waiting"), r.get("needsVersion"))] for r in rows]
     if any(r.get("error") for r in rows):  # what a failed run failed with, in short
         header.append("error")
@@ -75,6 +76,13 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
     click.echo(plain_table(header, table))
     if more:
         click.echo(more)
+
+
+def _thread(thread: dict[str, Any]) -> str:
+    """A LangGraph thread's row says what it holds (it never waits: it is not a run)."""
+    count = thread["checkpoints"]
+    last = f", last node {thread['lastNode']}" if thread.get("lastNode") else ""
+    return f"thread {thread['threadId']}: {count} checkpoint{'s' if count != 1 else ''}{last}"
 
 
 def _waits_for(waiting: dict[str, Any] | None, needs_version: str | None = None) -> str:

@@ -37,6 +37,7 @@ import little_workflow as lw
 from ..runtime.values import stored_value
 from ..world.ids import validate_run_id
 from .inspect import error_line, render_page, run_page_data
+from .owners import describe_owner
 
 #: Runs per page of the runs list, and the most a `limit=` in the URL may ask for.
 PAGE_SIZE = 50
@@ -77,7 +78,12 @@ class RunsIndex:
             page = lw.list_runs(self.world, status=q.get("status") or None,
                                 workflow_id=q.get("workflow") or None,
                                 cursor=q.get("cursor") or None, limit=limit)
-        return [ui_row(r) for r in page.runs], page.next_cursor
+            rows = [ui_row(r) for r in page.runs]
+            for r, row in zip(page.runs, rows, strict=True):
+                thread = describe_owner(self.world, r.workflow_id, r.run_id)
+                if thread is not None:
+                    row["thread"] = thread
+        return rows, page.next_cursor
 
     def document(self, query: dict[str, str] | None = None) -> dict[str, Any]:
         q = {k: v for k, v in (query or {}).items() if k in ("status", "workflow", "limit", "cursor") and v}

@@ -521,7 +521,12 @@
       el("td", {}, el("a", { href: runHref(r.runId) }, r.runId)), el("td", {}, badge(r.status)),
       el("td", {}, r.workflowId || "–"), el("td", {}, fmtTime(r.startedAt)),
       el("td", {}, runDuration(r)), el("td", {}, String(r.steps)),
-      el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
+      r.thread
+        // A LangGraph thread is no run: it holds checkpoints, and never waits.
+        ? el("td", { class: "thread", "data-thread-id": r.thread.threadId }, "thread " + r.thread.threadId + ": " +
+            r.thread.checkpoints + (r.thread.checkpoints === 1 ? " checkpoint" : " checkpoints") +
+            (r.thread.lastNode ? ", last node " + r.thread.lastNode : ""))
+        : el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
     const approvals = CONFIG.actions && (d.approvals || []).length ? el("div", { class: "actions", "data-actions": "" },
       approvalsList(d.approvals, true), field("reason", { placeholder: "reason for a denial (optional)" }),
       el("span", { "data-action-result": "" }),
