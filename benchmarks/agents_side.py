@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 import os
 import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Annotated, Any, TypedDict
+from typing import Any, TypedDict
 
 P9_SIDES = ("plain", "memory", "local_world", "memory-inline", "local_world-inline",
             "dbos-wal", "dbos-rollback")
@@ -202,65 +201,6 @@ def checkpointer_per_superstep_us(kind: str, k: int) -> float:
     dt = time.perf_counter() - t
     assert out["n"] == k
     return dt / k * 1e6
-
-
-class Chat(TypedDict):
-    messages: Annotated[list, operator.add]
-
-
-#: One chat message of CHAT_MESSAGE_CHARS characters: a short turn of a conversation.
-CHAT_MESSAGE_CHARS = 200
-
-
-def checkpoint_bytes(kind: str, turns: int) -> dict[str, Any]:
-    """Bytes a checkpointer stores for one chat thread after `turns` turns, each adding a
-    user message and the node's answer to a growing message list (one `invoke` per turn,
-    `durability="sync"`). `SqliteSaver`: its database file (rollback journal: the file
-    is all it keeps). `local_world`: every file under the World's directory once its WAL
-    is checkpointed into events.db, less the `-wal` / `-shm` files (the WAL is
-    preallocated to a fixed size whatever it holds)."""
-    import sqlite3
-
-    from langgraph.graph import END, START, StateGraph
-
-    graph = StateGraph(Chat)
-    graph.add_node("answer", lambda s: {"messages": [f"a{len(s['messages'])}".ljust(CHAT_MESSAGE_CHARS, ".")]})
-    graph.add_edge(START, "answer")
-    graph.add_edge("answer", END)
-    root = tempfile.mkdtemp(prefix="lwb-lg-bytes-")
-    if kind == "SqliteSaver":
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        db = os.path.join(root, "lg.sqlite")
-        saver: Any = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
-    elif kind == "local_world":
-        import little_workflow as lw
-        from little_workflow.ext.langgraph import WorldCheckpointSaver
-
-        saver = WorldCheckpointSaver(lw.local_world(root))
-    else:
-        raise ValueError(kind)
-    app = graph.compile(checkpointer=saver)
-    config: Any = {"configurable": {"thread_id": "chat"}}
-    for turn in range(turns):
-        out = app.invoke({"messages": [f"u{turn}".ljust(CHAT_MESSAGE_CHARS, ".")]}, config,
-                         durability="sync")
-    assert len(out["messages"]) == 2 * turns
-    checkpoints = sum(1 for _ in saver.list(config))
-    if kind == "SqliteSaver":
-        saver.conn.close()
-    else:
-        events_db = os.path.join(root, "events.db")
-        if os.path.exists(events_db):
-            with sqlite3.connect(events_db) as conn:
-                conn.execute("PRAGMA wal_checkpoint(FULL)")
-    stored = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            if not name.endswith(("-wal", "-shm")):
-                stored += os.path.getsize(os.path.join(dirpath, name))
-    return {"bytes": stored, "checkpoints": checkpoints,
-            "message_bytes": 2 * turns * CHAT_MESSAGE_CHARS}
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ from benchmarks.wake import (  # noqa: E402
 
 REPS = int(os.environ.get("LW_BENCH_REPS", "3"))
 #: Every row, in the order RESULTS.md lists them.
-ROWS = ("P1", "P2", "P3", "P4", "P5", "P6", "P9", "P10", "P7", "P8", "P11", "P12", "P13",
-        "M1", "M2")
+ROWS = ("P1", "P2", "P3", "P4", "P5", "P6", "P9", "P10", "P7", "P8", "Q", "P11", "P12",
+        "P13", "M1", "M2")
 #: LW_BENCH_ONLY=P7,P8 runs only those rows (and leaves RESULTS.md alone).
 ONLY = {x.strip().upper() for x in os.environ.get("LW_BENCH_ONLY", "").split(",") if x.strip()}
 P7_REPS = max(REPS, 7)  # the wake-ups are short: more samples
@@ -400,7 +400,7 @@ def p9(row: Any) -> None:
 
 def p10(row: Any) -> None:
     """LangGraph: per super-step cost of WorldCheckpointSaver vs LangGraph's own savers."""
-    from benchmarks.agents_side import checkpoint_bytes, checkpointer_per_superstep_us
+    from benchmarks.agents_side import checkpointer_per_superstep_us
 
     k = 200
     print(f"P10 LangGraph per super-step, one node looping {k} times, durability='sync'")
@@ -417,15 +417,34 @@ def p10(row: Any) -> None:
         f"{us['memory']:.0f} µs vs {us['InMemorySaver']:.0f} µs",
         us["memory"] / us["InMemorySaver"], "≤ 1×")
 
-    turns = P10_CHAT_TURNS
-    print(f"P10 bytes stored for one chat thread after {turns} turns of a growing message list")
-    stored = {kind: checkpoint_bytes(kind, turns) for kind in ("local_world", "SqliteSaver")}
-    ours, peer = stored["local_world"], stored["SqliteSaver"]
-    row(f"P10 checkpoint bytes after {turns} chat turns ({ours['checkpoints']} checkpoints, "
-        f"{ours['message_bytes'] / 1e3:.0f} kB of messages): WorldCheckpointSaver on "
-        "local_world / SqliteSaver",
-        f"{ours['bytes'] / 1e6:.1f} MB vs {peer['bytes'] / 1e6:.1f} MB",
-        ours["bytes"] / peer["bytes"], "≤ 0.1×")
+    p10_storage(row)
+
+
+def p10_storage(row: Any) -> None:
+    """LangGraph checkpoint storage against SqliteSaver (benchmarks/langgraph_storage.py)."""
+    from benchmarks.langgraph_storage import build_long_thread, chat_bytes, cold_get_tuple_ms
+
+    turns, steps = P10_CHAT_TURNS, P10_LONG_THREAD
+    print(f"P10 bytes on disk after {turns} chat turns; cold get_tuple of a {steps:,}-checkpoint "
+          "thread (fresh process each)")
+    sides = ("local_world", "local-file", "SqliteSaver")
+    size = {kind: chat_bytes(kind, turns) for kind in sides}
+    threads = {kind: build_long_thread(kind, steps) for kind in sides}
+    cold: dict[str, list[float]] = {kind: [] for kind in sides}
+    for _ in range(max(REPS, 7)):  # one fresh process per sample, sides interleaved
+        for kind in sides:
+            cold[kind].append(cold_get_tuple_ms(kind, threads[kind]))
+    for path in threads.values():
+        shutil.rmtree(path, ignore_errors=True)
+    peer_bytes, peer_ms = size["SqliteSaver"], median(cold["SqliteSaver"])
+    for kind in sides[:2]:
+        row(f"P10 bytes on disk after {turns} turns of a growing chat thread: "
+            f"WorldCheckpointSaver on {kind} / SqliteSaver",
+            f"{size[kind] / 1e6:.2f} MB vs {peer_bytes / 1e6:.2f} MB", size[kind] / peer_bytes,
+            "≤ 0.1×")
+        ms = median(cold[kind])
+        row(f"P10 cold get_tuple of a {steps:,}-checkpoint thread's head: WorldCheckpointSaver "
+            f"on {kind} / SqliteSaver", f"{ms:.2f} ms vs {peer_ms:.2f} ms", ms / peer_ms, "≤ 1×")
 
 
 def p7(row: Any) -> None:
@@ -534,6 +553,7 @@ def p11(row: Any) -> None:
 
 #: Turns of the chat thread whose stored bytes P10 compares (issue 29: 200).
 P10_CHAT_TURNS = 200
+P10_LONG_THREAD = 1000
 P13_STEPS = 50
 #: Steps of the M1 / M2 runs (BENCHMARKS.md: 20,000; LW_BENCH_M_STEPS for a quick check).
 M_STEPS = int(os.environ.get("LW_BENCH_M_STEPS", "20000"))
@@ -659,11 +679,13 @@ SETTINGS = [
     "synchronous=FULL and as shipped. Per actual durable step: each engine's own count of "
     "the steps it recorded.",
     "- **P10**: one LangGraph node looping 200 times, `durability=\"sync\"` (each "
-    "checkpoint stored before the next super-step), sides interleaved. Bytes: one chat "
-    "thread, 200 `invoke`s each adding a 200-character user message and the node's "
-    "200-character answer to a message list (`operator.add`); SqliteSaver's database file "
-    "(rollback journal) against every file of the local_world directory once its WAL is "
-    "checkpointed into events.db, less the `-wal`/`-shm` files (the WAL is preallocated).",
+    "checkpoint stored before the next super-step), sides interleaved. Bytes "
+    "(`benchmarks/langgraph_storage.py`): one chat thread, 200 `invoke`s each adding a "
+    "question and the node's answer to a message list (`operator.add`), every file of "
+    "each side's directory once the side is closed (SqliteSaver: its database and "
+    "journals). Cold `get_tuple`: the head of a 1,000-checkpoint thread, first call in a "
+    "fresh process after the World (or connection) and saver are opened, untimed; median "
+    "of 7 processes per side, interleaved.",
     "- **P11, P12**: `benchmarks/catalogue_bench.py` (N finished runs written through the "
     "World's own append path; P12: whole processes, median of 5).",
     "- **P13**: `benchmarks/object_store_cost.py --store=s3`: a `virtual_world` on S3 served "

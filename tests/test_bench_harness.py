@@ -4,6 +4,7 @@ alone, and a row name it does not know is refused. Nothing here is timed."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -27,6 +28,10 @@ def test_one_invocation_runs_every_row() -> None:
         source = f.read()
     dispatched = set(re.findall(r'wanted\("([A-Z0-9]+)"\)', source))
     assert REQUIRED <= dispatched, f"rows run.py never runs: {sorted(REQUIRED - dispatched)}"
+    # LW_BENCH_ONLY accepts the names in ROWS: a row run.py runs must be one of them.
+    rows = next(ast.literal_eval(node.value) for node in ast.parse(source).body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ROWS")
+    assert set(rows) == dispatched
 
 
 def test_memory_rows_run_alone_and_leave_results_alone(tmp_path: object) -> None:
