@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .runtime.signals import send_event
     from .runtime.state import RunResult, RunState, StepState
     from .runtime.steps import Retry, StepInfo, current_step
+    from .runtime.streams import aread_stream, read_stream
     from .runtime.worker import Worker
     from .runtime.workflow import Workflow, workflow
     from .world import (
@@ -113,6 +114,7 @@ _LAZY = {
     "arun_pipeline": ".runtime.api",
     "arun_workflow": ".runtime.api",
     "approve_tool_call": ".runtime.approvals",
+    "aread_stream": ".runtime.streams",
     "cancel_run": ".runtime.control",
     "current_step": ".runtime.steps",
     "file_mount": ".runtime.bash_steps",
@@ -124,6 +126,7 @@ _LAZY = {
     "materialize_run_state": ".runtime.runner",
     "pending_approvals": ".runtime.approvals",
     "read_only": ".runtime.bash_steps",
+    "read_stream": ".runtime.streams",
     "replay_run": ".runtime.runner",
     "run_pipeline": ".runtime.api",
     "run_workflow": ".runtime.api",
@@ -232,6 +235,7 @@ __all__ = [
     "start_workflow",
     "testing",
     "arun_workflow",
+    "aread_stream",
     "current_run",
     "current_step",
     "file_mount",
@@ -242,6 +246,7 @@ __all__ = [
     "materialize_run_state",
     "pending_approvals",
     "read_only",
+    "read_stream",
     "replay_run",
     "run_pipeline",
     "run_workflow",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import little_workflow as lw
-from little_workflow.runtime import handles
+from little_workflow.runtime import followers
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
@@ -131,7 +131,7 @@ def test_an_append_in_this_process_wakes_a_waiting_handle_at_once(memory_world: 
                                                                   monkeypatch: Any) -> None:
     # With the poll interval made an hour, only the in-process wake-up can end the wait
     # before the join below gives up.
-    monkeypatch.setattr(handles, "POLL_SECONDS", 3600.0)
+    monkeypatch.setattr(followers, "POLL_SECONDS", 3600.0)
     lw.start_workflow(waits, {}, world=memory_world, run_id="run_wake")
     runner = threading.Thread(target=lw.run_workflow, args=(waits, {}),
                               kwargs={"world": memory_world, "run_id": "run_wake"}, daemon=True)
@@ -182,4 +182,4 @@ def test_a_handle_waiting_across_processes_reads_the_log_once_per_poll(tmp_path:
         finally:
             worker.wait(60)
     log_reads = reads.count("list_events")
-    assert 2 <= log_reads <= waited / handles.POLL_SECONDS + 3, (log_reads, waited)
+    assert 2 <= log_reads <= waited / followers.POLL_SECONDS + 3, (log_reads, waited)

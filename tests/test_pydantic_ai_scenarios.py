@@ -12,6 +12,7 @@ and no tool again) and a second `run_workflow` with the run id returns the store
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from collections.abc import AsyncIterable, AsyncIterator
@@ -751,22 +752,29 @@ def test_process_event_stream_gets_the_model_events_in_workflow_code(world: Any)
 
 def test_run_stream_and_run_stream_events_in_a_workflow(world: Any) -> None:
     """test_dbos_durability_buffers_caller_streams, test_dbos_agent_run_stream_in_workflow,
-    test_dbos_agent_run_stream_events_in_workflow — without their chunk-by-chunk deltas:
-    Pydantic AI 2.68 records a streamed request as its final response, so the workflow
-    side streams it as one part (DBOSDurability on 2.68 gives the same `['hello world']`)"""
+    test_dbos_agent_run_stream_events_in_workflow — with their chunk-by-chunk deltas, as
+    outside a workflow (Pydantic AI 2.68 records a streamed request as its final response,
+    which DBOSDurability streams back as one part, `['hello world']`; the step here keeps
+    the events the model streamed: ext/pydantic_ai_streams.py)"""
     agent = Agent(TestModel(custom_output_text="hello world"), name="durability_buffered",
                   capabilities=[LittleWorkflowDurability()])
 
-    @lw.workflow(id="buffered")
-    async def wf(ctx: lw.RunContext, input: Any) -> list[Any]:
+    async def streamed() -> list[Any]:
         async with agent.run_stream("Hello") as stream:
             chunks = [chunk async for chunk in stream.stream_text(debounce_by=None)]
             output = await stream.get_output()
         async with agent.run_stream_events("Hello") as event_stream:
             kinds = [type(event).__name__ async for event in event_stream]
-        return [chunks[-1], output, "AgentRunResultEvent" in kinds]
+        return [chunks, output, kinds]
 
-    assert run_twice(wf, world, "run_buffered") == ["hello world", "hello world", True]
+    outside = asyncio.run(streamed())
+    assert outside[0] == ["hello ", "hello world"] and outside[2].count("PartDeltaEvent") == 2
+
+    @lw.workflow(id="buffered")
+    async def wf(ctx: lw.RunContext, input: Any) -> list[Any]:
+        return await streamed()
+
+    assert run_twice(wf, world, "run_buffered") == outside
     assert units(world, "run_buffered") == [f"{STEP_PREFIX}/durability_buffered-1/1/model.stream",
                                             f"{STEP_PREFIX}/durability_buffered-2/1/model.stream"]
 

@@ -16,6 +16,7 @@ from .reading import artifacts, events, inspect_run, replay, ui
 from .running import demo, run, worker
 from .runs import runs
 from .upkeep import gc_command, replay_check, verify
+from .watching import start, stream
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,7 +30,8 @@ def cli(data_dir: str | None, world_url: str | None) -> None:
 
 
 for command in (run, worker, demo, runs, send, cancel, fork, events, replay, artifacts,
-                inspect_run, ui, verify, replay_check, gc_command, approvals, approve):
+                inspect_run, ui, verify, replay_check, gc_command, approvals, approve, start,
+                stream):
     cli.add_command(command)
 
 

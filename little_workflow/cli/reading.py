@@ -17,6 +17,14 @@ from .formatting import dump_json, rich_console, stored_value
 from .options import UserError, require_run, world_options
 
 
+def stream_label(event_type: str, payload: dict[str, Any]) -> str | None:
+    if not event_type.startswith("stream."):
+        return None
+    from ..runtime.streams import record_label
+
+    return record_label(event_type, payload)
+
+
 @click.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="print the events as JSON, as stored")
@@ -38,7 +46,8 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
     table = Table("seq", "type", "step / detail", "created")
     for e in evs:
         p = e.payload if isinstance(e.payload, dict) else {}
-        detail = str(p.get("stepPath") or p.get("name") or p.get("workflowId") or "")
+        detail = str(p.get("stepPath") or p.get("name") or p.get("workflowId")
+                     or stream_label(e.type, p) or "")
         if e.type.endswith(".failed") and p.get("error"):
             detail = (detail + ": " if detail else "") + error_text(p["error"])
         table.add_row(str(e.sequence), e.type, detail, e.created_at)
@@ -67,13 +76,21 @@ def inspect_run(run_id: str, html_file: str, world: Any) -> None:
 
 
 @click.command()
+@click.argument("targets", nargs=-1, metavar="[MODULE[:WORKFLOW]]...")
 @click.option("--port", default=8765, show_default=True, help="port on 127.0.0.1 (0: any free one)")
 @world_options
-def ui(port: int, world: Any) -> None:
-    """Serve the runs list and live run pages on http://127.0.0.1:PORT until Ctrl-C."""
+def ui(targets: tuple[str, ...], port: int, world: Any) -> None:
+    """Serve the runs list and live run pages on http://127.0.0.1:PORT until Ctrl-C.
+
+    The pages can cancel, send events, approve or deny tool calls, fork and resume runs:
+    each action carries the token in the printed URL (open that URL). Resuming runs the
+    workflows of MODULE[:WORKFLOW] (as `little worker` does); without them, the page says
+    which code it needs."""
+    from ..ops.cli_support import load_workflows
     from ..ops.ui import serve
 
-    serve(world, port=port, say=click.echo)
+    workflows = [wf for target in targets for wf in load_workflows(target)]
+    serve(world, port=port, workflows=workflows, say=click.echo)
 
 
 @click.command()

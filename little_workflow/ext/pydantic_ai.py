@@ -52,6 +52,7 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import nullcontext
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, Literal, TypedDict
@@ -101,8 +102,11 @@ from ..errors import StepFailedError
 from ..runtime.approvals import TOOL_APPROVAL
 from ..runtime.context import RunContext, current_run
 from ..runtime.steps import Retry, current_step_or_none
+from ..runtime.telemetry import chat_span, tool_span
+from .pydantic_ai_streams import StreamRouting, aagent_events, agent_events
 
-__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "wait_for_approvals"]
+__all__ = ["LittleWorkflowDurability", "STEP_PREFIX", "aagent_events", "agent_events",
+           "wait_for_approvals"]
 
 #: The first segment of every step path the capability makes.
 STEP_PREFIX = "pydantic-ai"
@@ -241,6 +245,19 @@ def recorded_exception(error: Mapping[str, Any]) -> Exception | None:
     return exc
 
 
+def _genai_span(ctx: RunContext, operation_id: DurableOperationId,
+                cache_key: tuple[object, ...]) -> Any:
+    """The OpenTelemetry GenAI span of a model request or tool call (a no-op otherwise)."""
+    run = next((v for v in cache_key if isinstance(v, AgentRunContext)), None)
+    if isinstance(operation_id, ModelRequestId):
+        model = getattr(run, "model", None)
+        return chat_span(ctx, operation_id.model_name or getattr(model, "model_name", "unknown"),
+                         provider=getattr(model, "system", None))
+    if isinstance(operation_id, ToolsetCallToolId) and run is not None and run.tool_name:
+        return tool_span(ctx, run.tool_name, call_id=run.tool_call_id)
+    return nullcontext()
+
+
 async def _call_unit(body: Callable[[], Awaitable[object]]) -> object:
     # Unannotated on purpose: the unit's result is already JSON (Pydantic AI's codec), so
     # the step keeps it as plain JSON without looking up a type for each unit.
@@ -268,8 +285,13 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend[UnitConfig]
         if ctx is None:
             return await body()
         path = _RUN_PATHS.path(ctx, self._path_key(ctx, operation_id, name, cache_key))
+
+        async def traced() -> object:
+            with _genai_span(ctx, operation_id, cache_key):
+                return await body()
+
         try:
-            return await ctx.step(path, _call_unit, body, retry=config["retry"],
+            return await ctx.step(path, _call_unit, traced, retry=config["retry"],
                                   timeout=config["timeout"])
         except StepFailedError as e:
             # The first execution raises what the model or tool raised (Pydantic AI and the
@@ -333,7 +355,7 @@ class LittleWorkflowOperationBackend(JournalCallableOperationBackend[UnitConfig]
         return _name_segment(name)  # an operation kind newer than this module
 
 
-class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
+class LittleWorkflowDurability(StreamRouting, BaseDurabilityCapability[AgentDepsT]):
     """Makes an agent's model requests and tool calls durable steps of the enclosing
     little-workflow run; transparent outside one.
 
@@ -348,6 +370,12 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
             tool that wants another try raises `ModelRetry`, which is a result, not an error).
             A tool's own metadata `{"little_workflow": {"retry": ..., "timeout": ...}}`
             overrides them for that tool; `{"little_workflow": False}` runs it inline.
+        stream: the key of a run stream the agent's events go to as they happen (text and
+            tool-call deltas, tool calls and results, the run's result): read them with
+            `agent_events(world, run_id, key)` from any process (pydantic_ai_streams.py).
+
+    Streamed requests (`run_stream`, `iter`, `run_stream_events`) deliver the model's deltas
+    inside a durable run as outside one (pydantic_ai_streams.py).
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -376,8 +404,10 @@ class LittleWorkflowDurability(BaseDurabilityCapability[AgentDepsT]):
         name: str | None = None,
         model_retry: Retry | None = None,
         tool_retry: Retry | None = None,
+        stream: str | None = None,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
+        self.run_stream_key = stream
         self._model_retry = model_retry
         self._tool_retry = tool_retry
 

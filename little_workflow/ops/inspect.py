@@ -11,12 +11,18 @@ stays usable; each rendered row still carries its `data-event-*` hooks.
 from __future__ import annotations
 
 import json
+import os
+import re
+import sysconfig
 from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
 import little_workflow as lw
 
+from ..runtime.fork import fork_points
+from ..runtime.state import RunLog
+from ..runtime.streams import record_label
 from ..runtime.values import stored_value
 from ..world.catalogue import OWNER_EVENTS
 
@@ -106,7 +112,8 @@ def fold_events(events: list[Any]) -> dict[str, Any]:
         p = e.payload if isinstance(e.payload, dict) else {}
         t = rel(e.created_at) or 0.0
         path = p.get("stepPath") if isinstance(p.get("stepPath"), str) else None
-        rows.append([e.sequence, e.type, t, path or p.get("callPath") or p.get("name") or "",
+        rows.append([e.sequence, e.type, t, path or p.get("callPath") or p.get("name")
+                     or record_label(e.type, p) or "",
                      _payload_text(p if p else e.payload)])
         kind = e.type
         if kind == "run.created":
@@ -155,7 +162,8 @@ def fold_events(events: list[Any]) -> dict[str, Any]:
             call = p.get("callPath")
             if not isinstance(call, str):
                 continue
-            args = p.get("args") if isinstance(p.get("args"), dict) else {}
+            given = p.get("args")
+            args: dict[str, Any] = given if isinstance(given, dict) else {}
             if kind.endswith(".started") and "subRunId" in args:
                 sub_runs[call] = {"callPath": call, "runId": args["subRunId"],
                                   "workflow": args.get("workflow"), "status": "started",
@@ -189,9 +197,8 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
                       "attempts": step_state.attempts, "spans": spans,
                       "error": _plain(step_state.error)})
     ended = folded["ended"]
-    started_at = folded["starts"][0] if folded["starts"] else 0.0
-    end_t = ended["at"] if ended else folded["lastT"]
     open_spans = [] if ended else folded["idle"]
+    traceback = (ended or {}).get("traceback")
     forked = created.get("forkedFrom") if isinstance(created.get("forkedFrom"), dict) else None
     return {
         "runId": run_id,
@@ -201,11 +208,14 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
         "input": _plain(state.input),
         "output": _plain(state.output) if state.status == "completed" else None,
         "error": _plain(state.error) or (ended or {}).get("error"),
-        "traceback": (ended or {}).get("traceback"),
+        "traceback": traceback,
+        "userTraceback": user_frames_first(traceback) if traceback else None,
         "t0": folded["t0"],
         "createdAt": state.created_at,
-        "startedAt": folded["t0"] + started_at,
-        "durationSeconds": round(end_t - started_at, 6),
+        # As the runs list counts (DESIGN §14's summaries): from run.created to the run's
+        # end; an unfinished run's duration is "so far", counted by the page at its now.
+        "startedAt": folded["t0"],
+        "durationSeconds": ended["at"] if ended else None,
         "finished": ended is not None,
         "waitingFor": waiting_for(open_spans),
         "forkedFrom": _plain(forked),
@@ -215,6 +225,7 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
         "idle": folded["idle"],
         "events": folded["rows"],
         "lastSequence": state.last_sequence,
+        "forkPoints": list(fork_points(RunLog.fold(run_id, events))),
     }
 
 
@@ -231,21 +242,71 @@ def run_summary(world: Any, run_id: str) -> dict[str, Any]:
     state = lw.materialize_run_state(world, run_id)
     folded = fold_events(events)
     ended = folded["ended"]
-    started = folded["starts"][0] if folded["starts"] else 0.0
-    end_t = ended["at"] if ended else folded["lastT"]
     error = _plain(state.error) or (ended or {}).get("error")
     return {
         "runId": run_id,
         "workflowId": state.workflow_id or _owner_label(events),
         "status": state.status,
-        "startedAt": folded["t0"] + started,
-        "durationSeconds": round(end_t - started, 6),
+        "startedAt": folded["t0"],
+        "durationSeconds": ended["at"] if ended else None,
         "finished": ended is not None,
         "waitingFor": None if ended else waiting_for(folded["idle"]),
-        "error": (error or {}).get("message") if isinstance(error, dict) else None,
+        "error": error_line(error),
         "steps": len(state.steps),
         "lastSequence": state.last_sequence,
     }
+
+
+def error_line(error: Any) -> str | None:
+    """A run's error as one line of text: its message, or a cancelled run's reason."""
+    if not isinstance(error, dict):
+        return None
+    if isinstance(error.get("message"), str):
+        return error["message"]
+    if error.get("type") == "RunCancelledError":
+        reason = error.get("reason")
+        return f"cancelled: {reason}" if reason else "cancelled (no reason given)"
+    return None
+
+
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line \d+, in .*$')
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # little_workflow/
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(os.path.abspath(path))
+    return tuple(sorted(roots))
+
+
+def user_frames_first(traceback: str) -> str:
+    """A traceback with the frames of the user's code (not this library's, the standard
+    library's or an installed package's) first, each with its source line, then the
+    exception it raised, then the whole traceback as Python printed it."""
+    roots = _library_roots()
+    lines = traceback.rstrip("\n").splitlines()
+    frames: list[str] = []
+    exception = None
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m:
+            where = m.group("file")
+            if where.startswith("<") or os.path.abspath(where).startswith(roots):
+                continue
+            frame = [line.strip()]
+            if i + 1 < len(lines) and lines[i + 1].startswith("    ") and not _FRAME.match(lines[i + 1]):
+                frame.append("  " + lines[i + 1].strip())
+            text = "\n".join(frame)
+            if text not in frames:
+                frames.append(text)
+        elif exception is None and frames and line and not line.startswith(" "):
+            exception = line  # the first exception raised under the user's frames
+    if not frames:
+        return traceback
+    head = "\n".join(frames) + ("\n" + exception if exception else "")
+    return head + "\n\n" + traceback.rstrip("\n")
 
 
 def _asset(name: str) -> str:

@@ -19,6 +19,7 @@ from .pipeline import call_workflow
 from .plans import Plans
 from .state import RunLog
 from .step_engine import Mode
+from .steps import current_step_or_none
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -51,6 +52,8 @@ class RunContext(ParallelGroups):
     """Handed to the workflow function: `await ctx.step(...)`, `await ctx.parallel(...)`."""
 
     suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
+    #: The position of the next `write_stream` call from workflow code (streams.py).
+    stream_position = 0
 
     def __init__(
         self,
@@ -172,6 +175,30 @@ class RunContext(ParallelGroups):
         from .timers import new_uuid
 
         return new_uuid(self)
+
+    # ---- durable streams (streams.py) ------------------------------------------------
+
+    async def write_stream(self, key: str, value: Any) -> None:
+        """Append `value` (JSON, or a pydantic model, dataclass...) to this run's durable
+        stream `key`, which `lw.read_stream` / `little stream` readers get in order, from
+        any process, as it is written. Exactly once: a resumed or replayed run finds the
+        write its log holds for this call and writes nothing again. A closed stream takes
+        no more writes (StepError)."""
+        from .streams import write_from_workflow
+
+        step = current_step_or_none()
+        if step is not None and step.run_id == self.run_id:
+            # ctx used inside a step function: that step's write (at least once).
+            await step.awrite_stream(key, value)
+            return
+        await write_from_workflow(self, key, value)
+
+    async def close_stream(self, key: str) -> None:
+        """Close stream `key`: its readers end after its last value; later writes are a
+        StepError. Closing it again changes nothing."""
+        from .streams import close_from_workflow
+
+        await close_from_workflow(self, key)
 
     # ---- features built on top (memory, plans, pipelines, bash) -----------------------
 

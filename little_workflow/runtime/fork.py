@@ -20,7 +20,7 @@ from .state import RunLog
 
 #: Records of a workflow's history a fork copies (run.* events are the fork's own).
 COPIED_PREFIXES = ("step.", "timer.", "wait.", "signal.", "value.", "memory.", "plan.",
-                   "patch.", "harness.")
+                   "patch.", "harness.", "stream.")
 
 
 def fork_points(log: RunLog) -> dict[str, int]:

@@ -2,32 +2,25 @@
 send. `lw.get_run(world, run_id)`, `lw.start_workflow(..., handle=True)` and `lw.enqueue`
 return one.
 
-How a handle waits for the result (`result()`, `aresult()`): it reads the run's log (only
-what was appended since its last read) and sleeps until the next change. A change made in
-this process — the run's end appended by `run_workflow` or a worker thread, a cancel —
-wakes it at once (`waiting.announce`). A change made by another process cannot tell it:
-then it re-reads the log every `POLL_SECONDS` (0.25 s). That read is one small query on
-`local_world` (an indexed SQLite range) and a probe of the next event file on file and
-memory Worlds; on object stores one listing of the run's events.
+A handle waiting for the result (`result()`, `aresult()`) reads only what the run's log
+gained since its last read, and sleeps between reads (followers.py): the run's end
+appended in this process — by `run_workflow`, a worker thread, `cancel_run` — wakes it at
+once; a run another process executes is read again every `followers.POLL_SECONDS` (0.25 s).
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, overload
 
-from ..errors import (
-    RunCancelledError,
-    RunNotFoundError,
-    WorkflowFailedError,
-    WorkflowMismatchError,
-)
+from ..errors import RunCancelledError, WorkflowFailedError, WorkflowMismatchError
 from ..world.ids import validate_run_id
 from ..world.models import Event
+from . import followers
 from .api import resolve_world
 from .cancel import cancel_run
+from .followers import AsyncWakeup, Wakeup, aread_log_after, read_log_after
 from .signals import send_event
 from .state import TERMINAL_STATUSES, RunLog
 from .values import decode_output, stored_value
@@ -40,57 +33,6 @@ Out = TypeVar("Out")
 
 #: What `RunHandle.status()` says (DESIGN §11's statuses; `created` until a worker starts it).
 HandleStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled"]
-
-#: How often a handle (or a stream reader) re-reads the log of a run another process
-#: executes. In this process, appends wake it at once.
-POLL_SECONDS = 0.25
-
-
-class Wakeup:
-    """Set from any thread by `waiting.announce`; a waiter in a thread blocks on it."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def notify(self) -> None:
-        self._event.set()
-
-    def clear(self) -> None:
-        self._event.clear()
-
-    def wait(self, seconds: float) -> None:
-        self._event.wait(seconds)
-
-
-class AsyncWakeup:
-    """The same for a waiter on an event loop."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
-
-    def notify(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._event.set)
-        except RuntimeError:  # the waiter's loop is closed: nobody waits any more
-            pass
-
-    def clear(self) -> None:
-        self._event.clear()
-
-    async def wait(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._event.wait(), seconds)
-        except TimeoutError:
-            pass
-
-
-def read_log_after(world: Any, run_id: str, after: int) -> list[Event]:
-    """The run's events after `after`; RunNotFoundError when a whole-log read finds none."""
-    events = world.list_events(run_id, after=after)
-    if after == 0 and (not events or events[0].type != "run.created"):
-        raise RunNotFoundError(run_id, f" in {world.data_dir}")
-    return events
 
 
 class RunHandle(Generic[Out]):
@@ -127,9 +69,9 @@ class RunHandle(Generic[Out]):
             return self._fold(read_log_after(self.world, self.run_id, self._log.last_sequence))
 
     async def _arefresh(self) -> RunLog:
-        if self.world.blocking:  # an fsync-bound or networked store: off the event loop
-            return await asyncio.to_thread(self.refresh)
-        return self.refresh()
+        events = await aread_log_after(self.world, self.run_id, self._log.last_sequence)
+        with self._lock:
+            return self._fold(events)
 
     def status(self) -> HandleStatus:
         """`created`, `running`, `waiting`, `completed`, `failed` or `cancelled`, as the
@@ -168,7 +110,7 @@ class RunHandle(Generic[Out]):
                 log = self.refresh()
                 if log.status in TERMINAL_STATUSES:
                     return self._outcome(log)
-                pause = POLL_SECONDS
+                pause = followers.POLL_SECONDS
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -189,7 +131,7 @@ class RunHandle(Generic[Out]):
                 log = await self._arefresh()
                 if log.status in TERMINAL_STATUSES:
                     return self._outcome(log)
-                pause = POLL_SECONDS
+                pause = followers.POLL_SECONDS
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -231,4 +173,4 @@ def get_run(world: Any, run_id: str, *, workflow: Workflow[Any, Any] | None = No
     return handle
 
 
-__all__ = ["POLL_SECONDS", "HandleStatus", "RunHandle", "get_run"]
+__all__ = ["HandleStatus", "RunHandle", "get_run"]

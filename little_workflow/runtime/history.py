@@ -2,9 +2,9 @@
 
 When code resumes a run, every record the log completed on the workflow's own path —
 steps, timers, waits, recorded values (`ctx.now`, `ctx.uuid`), memory reads and writes,
-kept and reused plans, patch markers, sub-run calls — must be asked for again before the
-execution calls or appends anything: a step the log does not hold, a sleep or wait going
-on, a value, the run's end. Otherwise `ReplayDivergenceError` names the log's record and the
+kept and reused plans, patch markers, sub-run calls, stream writes and closes — must be
+asked for again before the execution calls or appends anything: a step the log does not
+hold, a sleep or wait going on, a value, the run's end. Otherwise `ReplayDivergenceError` names the log's record and the
 code's, and the run stays as it was (not failed): code that fits its log can continue it.
 
 - A step counts once finished, a timer or wait once recorded. A step that never finished
@@ -36,7 +36,7 @@ from .state import RunLog
 #: A record as the code asks for it: ("step", path), ("timer", path), ("wait", path),
 #: ("call", callPath), ("value", "now/0"), ("memory", scope, path, index),
 #: ("memory.written", scope, path, idempotencyKey), ("plan.kept", name, contentHash),
-#: ("plan.reused", name), ("patch", patchId).
+#: ("plan.reused", name), ("patch", patchId), ("stream", position), ("stream.closed", key).
 Key = tuple[Any, ...]
 
 #: Appends that never need the log's records asked for first: the execution's own
@@ -75,6 +75,10 @@ def describe(key: Key) -> str:
         return f"ctx.plans.reuse({key[1]!r})"
     if kind == "patch":
         return f"ctx.patched({key[1]!r})"
+    if kind == "stream":
+        return f"stream write {key[1]} (ctx.write_stream)"
+    if kind == "stream.closed":
+        return f"ctx.close_stream({key[1]!r})"
     return str(key[1]) if len(key) > 1 else kind
 
 
@@ -89,6 +93,8 @@ def path_of(key: Key) -> str:
         return f"plan/{key[1]}"
     if kind == "patch":
         return f"patch/{key[1]}"
+    if kind in ("stream", "stream.closed"):
+        return f"stream/{key[1]}"
     return str(key[-1])
 
 
@@ -116,6 +122,10 @@ def key_of(type_: str, payload: Any) -> Key:
         return ("plan.reused", p.get("name"))
     if type_ == "patch.marked":
         return ("patch", p.get("patchId"))
+    if type_ == "stream.written" and isinstance(p.get("position"), int):
+        return ("stream", p["position"])
+    if type_ == "stream.closed":
+        return ("stream.closed", p.get("key"))
     if type_.startswith("harness.tool_call.") and isinstance(p.get("callPath"), str):
         return ("call", p["callPath"])
     return (type_, path if isinstance(path, str) else type_)

@@ -23,6 +23,7 @@ from ..errors import (
 )
 from ..world.ids import canonical_json, sha256_hex
 from .steps import error_record
+from .telemetry import step_attempt
 from .values import decode_output, encode_input, output_json, stored_value
 from .workflow import Workflow
 
@@ -76,9 +77,10 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
                      {**base, "args": {"workflow": name, "input": stored_input, "subRunId": sub_run_id}},
                      idempotency_key=f"{call_path}:started")
     try:
-        result = await ctx.run_child(member, input, world=ctx.world,
-                                     run_id=sub_run_id, pipeline=pipeline,
-                                     parent_run_id=ctx.run_id)
+        with step_attempt(ctx, call_path, 1):
+            result = await ctx.run_child(member, input, world=ctx.world,
+                                         run_id=sub_run_id, pipeline=pipeline,
+                                         parent_run_id=ctx.run_id)
     except NOT_A_FAILURE:
         # The sub-run did not fail: another process executes it, this process lost it,
         # the storage failed, or this code may not run it. Nothing is recorded; the

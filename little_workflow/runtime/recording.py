@@ -32,6 +32,8 @@ class RunRecorder:
     started_sequence = 0  # the sequence of this execution's run.started
     #: Why this execution must stop: another one started after it (read from the log).
     superseded: str | None = None
+    #: telemetry.RunTelemetry while this execution reports to OpenTelemetry, else None.
+    telemetry: Any = None
 
     def __init__(self, *, world: World, run_id: str, log: RunLog):
         self.world = world

@@ -39,6 +39,7 @@ from .loops import may_block_loop, run_on_own_loop
 from .state import RunLog, RunResult, RunState, materialize
 from .step_engine import INLINE_OUTPUT_LIMIT
 from .steps import error_record
+from .telemetry import observe_run, run_created_fields
 from .values import decode_input, decode_output, encode_input, encode_output, stored_value
 from .versions import refuse_other_versions
 from .waiting import (
@@ -174,7 +175,7 @@ async def _run_locked(
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
     try:
-        return await _execute_run(ctx, wf, input, input_hash, parent_run_id)
+        return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id))
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says
@@ -272,7 +273,7 @@ def create_run_sync(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_h
     ctx.append_sync("run.created", {
         "workflowId": wf.id, "workflowVersionId": wf.version_id, "version": wf.code_version,
         "definitionHash": wf.definition_hash, "input": input, "inputHash": input_hash,
-        **(extra or {}),
+        **(extra or {}), **run_created_fields(ctx),
     })
 
 

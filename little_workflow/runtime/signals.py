@@ -14,14 +14,16 @@ that append (its sequence jumps), before the wait picks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, StepError
 from ..world.clock import from_iso, to_iso
 from ..world.ids import validate_run_id
-from ..world.models import Event
+from ..world.models import Event, thaw
 from .codec import PLAIN, Codec, ValueCodecError, encode_untyped
 from .state import TERMINAL_STATUSES, RunLog
+from .telemetry import TRACE_CONTEXT, link_event, trace_fields
 from .values import decode_stored, stored_value
 from .waiting import RunSuspended, notify_run
 
@@ -128,6 +130,7 @@ async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None,
             raise StepError(ctx.run_id, path, f"the payload of event {name!r} (wanted "
                             f"{e.type_name}) {e.reason}") from None
     await ctx.append("wait.completed", {"stepPath": path, "name": name, "signalSequence": sequence})
+    link_event(ctx, sequence)
     return value
 
 
@@ -149,19 +152,26 @@ def send_event(
         raise TypeError(f"event {name!r} for run {run_id}: the payload {e.reason} "
                         f"(a {e.type_name})") from None
     events = world.list_events(run_id)
-    if idempotency_key is not None and any(
-            e.append_idempotency_key == idempotency_key for e in events):
+    sent = next((e for e in events if idempotency_key is not None
+                 and e.append_idempotency_key == idempotency_key), None)
+    if sent is not None:
         # Already used: the World's receipt lookup returns the event sent with this key
         # when the request is the same, and raises IdempotencyConflictError when the name
         # or payload differ — on a finished run too (the lookup comes before the end check).
-        return world.append_event(run_id, "signal.received", {"name": name, "payload": payload},
+        # The trace context is the first sender's, so a resend from another trace is the
+        # same request.
+        first = sent.payload.get(TRACE_CONTEXT) if isinstance(sent.payload, Mapping) else None
+        return world.append_event(run_id, "signal.received",
+                                  {"name": name, "payload": payload,
+                                   **({TRACE_CONTEXT: thaw(first)} if first is not None else {})},
                                   idempotency_key=idempotency_key)
     log = RunLog.fold(run_id, events)
     if log.created is None:
         raise RunNotFoundError(run_id, f" in {world.data_dir}")
     if log.status in TERMINAL_STATUSES:
         raise RunFinishedError(run_id, log.status, "signal.received")
-    event = world.append_event(run_id, "signal.received", {"name": name, "payload": payload},
+    event = world.append_event(run_id, "signal.received",
+                               {"name": name, "payload": payload, **trace_fields()},
                                idempotency_key=idempotency_key)
     notify_run(world, run_id)
     return event

@@ -58,6 +58,7 @@ class RunLog:
     timers: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> scheduled/fired
     waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> started/outcome
     signals: list[tuple[int, str, Any]] = field(default_factory=list)  # (sequence, name, payload)
+    signal_traces: dict[int, Any] = field(default_factory=dict)  # sequence -> sender's trace context
     taken: set[int] = field(default_factory=set)  # signal sequences a wait took
     open_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # what `waiting` waits for
     values: dict[str, Any] = field(default_factory=dict)  # value.recorded key -> value
@@ -66,6 +67,10 @@ class RunLog:
     # (recorded values, memory reads and writes, kept and reused plans, patch markers), by
     # the key the code asks for them with (history.py), with their sequence.
     marks: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    # durable streams (streams.py): the key of each write from workflow code, by position;
+    # the sequence of each stream's close, by key
+    stream_writes: dict[int, str] = field(default_factory=dict)
+    closed_streams: dict[str, int] = field(default_factory=dict)
     started_version: str | None = None  # the `version` of the first run.started naming one
     refused: dict[str, Any] | None = None  # run.resume_refused since the last run.started
 
@@ -112,6 +117,16 @@ class RunLog:
             self.refused = p
         elif t in TIME_AND_MESSAGE_EVENTS:
             fold_time_event(self, e, p)
+        elif t == "stream.written":
+            position = p.get("position")
+            if isinstance(position, int) and isinstance(p.get("key"), str):
+                self.stream_writes.setdefault(position, p["key"])
+                self.marks.setdefault(("stream", position), e.sequence)
+        elif t == "stream.closed":
+            key = p.get("key")
+            if isinstance(key, str):
+                self.closed_streams.setdefault(key, e.sequence)
+                self.marks.setdefault(("stream.closed", key), e.sequence)
         elif t.startswith("step."):
             path = p.get("stepPath")
             if not isinstance(path, str):
@@ -179,6 +194,8 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
     t = e.type
     if t == "signal.received":
         log.signals.append((e.sequence, p.get("name"), p.get("payload")))
+        if "traceContext" in p:
+            log.signal_traces[e.sequence] = p["traceContext"]
         return
     if t == "value.recorded":
         key = p.get("key")

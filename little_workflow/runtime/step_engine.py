@@ -34,6 +34,7 @@ from .steps import (
     reset_current,
     set_current,
 )
+from .telemetry import step_attempt
 from .values import decode_stored, encode_step_output, stored_value
 
 T = TypeVar("T")
@@ -194,14 +195,15 @@ class StepEngine(RunRecorder):
                 if slots is not None:
                     info.slot = StepSlot(slots)
                     await info.slot.acquire()
-                try:
-                    result = await self._invoke(path, fn, args, timeout, threaded, info)
-                finally:
-                    if info.slot is not None and path not in self._abandoned:
-                        info.slot.release()
-                # Encoded and decoded before anything is recorded: a value that does not
-                # fit its annotation is this attempt's failure, never a success.
-                value, typed = encode_step_output(codec, result, self.run_id, path)
+                with step_attempt(self, path, attempt):
+                    try:
+                        result = await self._invoke(path, fn, args, timeout, threaded, info)
+                    finally:
+                        if info.slot is not None and path not in self._abandoned:
+                            info.slot.release()
+                    # Encoded and decoded before anything is recorded: a value that does not
+                    # fit its annotation is this attempt's failure, never a success.
+                    value, typed = encode_step_output(codec, result, self.run_id, path)
             except asyncio.CancelledError:
                 raise
             except Exception as e:

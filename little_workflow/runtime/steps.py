@@ -109,6 +109,25 @@ class StepInfo:
         )[:32]
         return key, index, digest
 
+    def write_stream(self, key: str, value: Any) -> None:
+        """Append `value` to the run's durable stream `key` (`lw.read_stream` readers see
+        it at once). At least once: a step that runs again writes again. Committed now
+        and synced with the step's success. A closed stream is a StepError."""
+        from .streams import write_from_step
+
+        write_from_step(self._ctx, self.step_path, self.attempt, key, value)
+
+    async def awrite_stream(self, key: str, value: Any) -> None:
+        """`write_stream` for async step functions: the write leaves the event loop free
+        where the World's writes may block (local disk, object stores)."""
+        from .streams import write_from_step
+
+        if self._ctx.world.blocking:
+            await asyncio.to_thread(write_from_step, self._ctx, self.step_path, self.attempt,
+                                    key, value)
+        else:
+            write_from_step(self._ctx, self.step_path, self.attempt, key, value)
+
     def call_model(self, name: str, fn: Callable[[Any], Any], request: Any) -> Any:
         """Call a model through `fn(request)`, journaled as harness.model_call.*."""
         return self._harness_call("model_call", name, fn, request)

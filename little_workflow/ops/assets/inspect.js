@@ -45,6 +45,12 @@
     if (!epoch && epoch !== 0) return "–";
     return new Date(epoch * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
   }
+  // The runs list and the run page count alike: from run.created to the run's end, or to
+  // now for an unfinished run.
+  function runDuration(r) {
+    return r.durationSeconds === null || r.durationSeconds === undefined
+      ? fmtDur(Date.now() / 1000 - r.startedAt) + " so far" : fmtDur(r.durationSeconds);
+  }
   function runHref(runId) { return (CONFIG.runLink || "{runId}.html").replace("{runId}", encodeURIComponent(runId)); }
   function json(v) { return JSON.stringify(v, null, 2); }
   function pretty(text) { try { return json(JSON.parse(text)); } catch (e) { return text; } }
@@ -58,6 +64,11 @@
   // ---- time scale with compressed idle gaps --------------------------------------------
   // Active time (attempts running, events happening) maps linearly; a gap long enough to
   // dominate the axis (a sleep, a wait, a process that was down) gets a fixed narrow slot.
+  // Uncompressed time is never drawn larger than MIN_SPAN seconds per axis width, so a
+  // step of a few milliseconds stays a thin mark (1 ms is at most 1/50 of the axis): a
+  // run of milliseconds, or of milliseconds of work between long waits, ends before the
+  // axis does.
+  const MIN_SPAN = 0.05;
   function buildScale(intervals, total) {
     total = Math.max(total, 1e-6);
     const iv = intervals.map(([a, b]) => [Math.max(0, a), Math.min(total, Math.max(a, b))])
@@ -76,28 +87,29 @@
     const compressed = [];
     for (const g of gaps) {
       const len = g[1] - g[0];
-      if (compressed.length >= 24 || len <= 0.25 * (kept - len) || len < 0.002) break;
+      if (compressed.length >= 24 || len <= 0.25 * (kept - len) || len < 0.01) break; // a gap of ms is shown as it is
       compressed.push(g); kept -= len;
     }
     compressed.sort((x, y) => x[0] - y[0]);
     const slot = compressed.length ? Math.min(0.06, 0.3 / compressed.length) : 0;
-    const perSec = (1 - slot * compressed.length) / Math.max(kept, 1e-6);
+    const perSec = Math.min((1 - slot * compressed.length) / Math.max(kept, 1e-6), 1 / MIN_SPAN);
     const segs = []; // [t0, t1, f0, f1, compressed]
     let t = 0, f = 0;
     for (const [a, b] of compressed) {
       if (a > t) { segs.push([t, a, f, f + (a - t) * perSec, false]); f += (a - t) * perSec; }
       segs.push([a, b, f, f + slot, true]); f += slot; t = b;
     }
-    if (t < total || !segs.length) segs.push([t, total, f, 1, false]);
+    if (t < total || !segs.length) { segs.push([t, total, f, f + (total - t) * perSec, false]); f += (total - t) * perSec; }
+    const endF = Math.min(1, f);
     function x(time) {
       if (time <= 0) return 0;
-      if (time >= total) return 1;
+      if (time >= total) return endF;
       let lo = 0, hi = segs.length - 1;
       while (lo < hi) { const mid = (lo + hi) >> 1; if (segs[mid][1] < time) lo = mid + 1; else hi = mid; }
       const s = segs[lo];
       return s[1] > s[0] ? s[2] + (s[3] - s[2]) * (time - s[0]) / (s[1] - s[0]) : s[2];
     }
-    return { x, segs, total };
+    return { x, segs, total, endF };
   }
   const pct = (f) => (f * 100).toFixed(4) + "%";
 
@@ -108,7 +120,7 @@
     const rows = [
       ["workflow", d.workflowId || "–"], ["version", d.version || "–"],
       ["status", badge(d.status)], ["started", fmtTime(d.startedAt)],
-      ["duration", fmtDur(d.durationSeconds) + (d.finished ? "" : " so far")],
+      ["duration", runDuration(d)],
       ["events", String(d.events.length)], ["steps", String(d.steps.length)],
     ];
     if (d.starts.length > 1) rows.push(["starts", d.starts.length + " (resumed " + (d.starts.length - 1) + "×)"]);
@@ -120,18 +132,130 @@
       el("span", { class: "subrun" }, el("a", { href: runHref(s.runId), "data-sub-run": s.runId }, s.runId),
         " (" + (s.workflow || "?") + ", " + s.status + ")")))]);
     const io = [el("div", { class: "io" }, el("h3", {}, "input"), el("pre", { "data-field": "input" }, json(d.input)))];
-    if (d.error) io.push(el("div", { class: "io err" }, el("h3", {}, "error"),
+    if (d.error && d.status === "cancelled" && !d.error.message) io.push(el("div", { class: "io err" }, el("h3", {}, "cancelled"),
+      el("pre", { "data-field": "error" }, d.error.reason ? "cancelled: " + d.error.reason : "cancelled (no reason given)")));
+    else if (d.error) io.push(el("div", { class: "io err" }, el("h3", {}, "error"),
       el("pre", { "data-field": "error" }, (d.error.type ? d.error.type + ": " : "") + (d.error.message || json(d.error)))));
     else if (d.status === "completed") io.push(el("div", { class: "io" }, el("h3", {}, "output"),
       el("pre", { "data-field": "output" }, json(d.output))));
     if (d.traceback) io.push(el("div", { class: "io err tb" }, el("h3", {}, "traceback"),
-      el("pre", { "data-field": "traceback" }, d.traceback)));
+      el("pre", { "data-field": "traceback" }, d.userTraceback || d.traceback)));
     return el("header", {},
+      CONFIG.actions ? actionsPanel(d) : null,
       el("div", { class: "top" }, CONFIG.backLink ? el("a", { href: CONFIG.backLink, class: "back" }, "← runs") : null,
         el("h1", {}, d.workflowId || "run", " ", el("small", { "data-run-id": d.runId }, d.runId)), badge(d.status),
         CONFIG.liveUrl && !d.finished ? el("span", { class: "live" }, "● live") : null),
       el("dl", {}, rows.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
       el("div", { class: "ios" }, io));
+  }
+
+  // ---- actions (little ui only): POSTs carrying the server's token ------------------
+  // The token comes in the URL `little ui` printed (?token=...); the tab keeps it in
+  // sessionStorage and takes it out of the address bar, so run pages opened from the list
+  // can act too. Field values and the last answer survive the live re-renders.
+  const TOKEN_KEY = "little-ui-token";
+  (function takeToken() {
+    const params = new URLSearchParams(location.search);
+    const given = params.get("token");
+    if (!given) return;
+    try { sessionStorage.setItem(TOKEN_KEY, given); } catch (e) { /* storage off: keep it in the URL */ return; }
+    params.delete("token");
+    const rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
+  })();
+  function uiToken() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return new URLSearchParams(location.search).get("token") || ""; }
+  }
+  const fields = {};
+  let answer = null; // {ok, text, link}
+  function field(name, attrs, tag) {
+    const node = el(tag || "input", Object.assign({ "data-field": name, "aria-label": name,
+      oninput: () => { fields[name] = node.value; } }, attrs));
+    if (fields[name] !== undefined) node.value = fields[name];
+    else if (attrs && attrs.value !== undefined) fields[name] = attrs.value;
+    return node;
+  }
+  async function act(path, body, describe) {
+    answer = { ok: null, text: "…" };
+    showAnswer();
+    try {
+      const resp = await fetch(path, { method: "POST", cache: "no-store",
+        headers: { "Content-Type": "application/json", "X-Little-Token": uiToken() }, body: JSON.stringify(body || {}) });
+      const reply = await resp.json().catch(() => ({ error: resp.status + " " + resp.statusText }));
+      answer = resp.ok ? Object.assign({ ok: true }, describe(reply))
+        : { ok: false, text: resp.status + ": " + (reply.error || resp.statusText) };
+    } catch (e) {
+      answer = { ok: false, text: "the server did not answer: " + e };
+    }
+    showAnswer();
+    refreshNow();
+  }
+  function showAnswer() {
+    const node = document.querySelector("[data-action-result]");
+    if (!node) return;
+    node.className = "answer " + (answer === null ? "" : answer.ok === true ? "ok" : answer.ok === false ? "err" : "");
+    node.replaceChildren(answer ? answer.text : "");
+    if (answer && answer.link) node.append(" ", el("a", { href: runHref(answer.link), "data-forked-run": answer.link }, answer.link));
+  }
+  function runApi(d, action) { return "/api/runs/" + encodeURIComponent(d.runId) + "/" + action; }
+  function actionsPanel(d) {
+    const open = !d.finished;
+    const waitNames = (d.idle || []).filter((w) => w.end === null && w.kind === "wait").map((w) => w.name);
+    const controls = [];
+    if (open) {
+      controls.push(el("div", { class: "act" },
+        field("reason", { placeholder: "reason (optional)" }),
+        el("button", { "data-action": "cancel", onclick: () => act(runApi(d, "cancel"), { reason: fields.reason || null },
+          (r) => ({ text: r.status === "cancelled" ? "cancelled"
+            : "cancel requested: it is " + r.status + " elsewhere and stops at its next step, sleep or wait" })) }, "cancel run")));
+      controls.push(el("div", { class: "act" },
+        field("event-name", { placeholder: "event name", value: waitNames[0] || "" }),
+        field("event-payload", { placeholder: "payload (JSON)", value: "null" }),
+        el("button", { "data-action": "send", onclick: () => {
+          let payload;
+          try { payload = JSON.parse(fields["event-payload"] || "null"); } catch (e) { answer = { ok: false, text: "payload: not valid JSON: " + e.message }; showAnswer(); return; }
+          act(runApi(d, "events"), { name: fields["event-name"] || "", payload }, (r) => ({ text: "sent (event " + r.sequence + ")" }));
+        } }, "send event")));
+      controls.push(el("div", { class: "act" },
+        el("button", { "data-action": "resume", title: "run it here now, as a worker would (little ui MODULE gives the code)",
+          onclick: () => act(runApi(d, "resume"), {}, () => ({ text: "resuming…" })) }, "resume")));
+    }
+    if ((d.forkPoints || []).length) {
+      const failed = d.steps.find((s) => s.status === "failed");
+      controls.push(el("div", { class: "act" },
+        forkSelect(d, failed),
+        el("button", { "data-action": "fork", onclick: () => act(runApi(d, "fork"), { fromStep: fields["fork-from"] || null },
+          (r) => ({ text: "forked:", link: r.runId })) }, "fork from step")));
+    }
+    const panel = el("div", { class: "actions", "data-actions": "" },
+      approvalsList(d.approvals || [], false),
+      controls, el("span", { "data-action-result": "" }),
+      uiToken() ? null : el("small", { class: "notoken" }, "to act, open the URL little ui printed (it carries ?token=…)"));
+    requestAnimationFrame(showAnswer);
+    return panel;
+  }
+  // Pending tool calls (lw.pending_approvals): approve, or deny with the reason field.
+  function approvalsList(approvals, showRun) {
+    if (!approvals.length) return null;
+    return el("div", { class: "approvals", "data-approvals": "" }, el("h3", {}, "pending approvals (" + approvals.length + ")"),
+      approvals.map((a) => {
+        const path = "/api/runs/" + encodeURIComponent(a.runId) + "/approve/" + encodeURIComponent(a.toolCallId);
+        return el("div", { class: "act approval", "data-approval": a.toolCallId, "data-approval-run": a.runId },
+          showRun ? el("a", { href: runHref(a.runId) }, a.runId) : null,
+          el("span", {}, el("b", {}, a.toolName), " ", el("code", {}, JSON.stringify(a.args))),
+          el("button", { "data-action": "approve", onclick: () => act(path, { approved: true },
+            () => ({ text: "approved " + a.toolName + " (" + a.toolCallId + ")" })) }, "approve"),
+          el("button", { "data-action": "deny", onclick: () => act(path, { approved: false, reason: fields.reason || null },
+            () => ({ text: "denied " + a.toolName + " (" + a.toolCallId + ")" })) }, "deny"));
+      }));
+  }
+  function forkSelect(d, failed) {
+    const pick = fields["fork-from"] ?? (failed ? failed.path : d.forkPoints[d.forkPoints.length - 1]);
+    fields["fork-from"] = pick;
+    const node = el("select", { "data-field": "fork-from", "aria-label": "fork from step", onchange: () => { fields["fork-from"] = node.value; } },
+      d.forkPoints.map((p) => el("option", { value: p }, p)));
+    node.value = pick;
+    return node;
   }
 
   function timelineRows(d, end) {
@@ -162,7 +286,7 @@
   }
 
   function timeline(d) {
-    const end = d.finished ? d.durationSeconds + (d.starts[0] || 0) : Math.max(lastT(d), nowT(d));
+    const end = d.finished ? d.durationSeconds : Math.max(lastT(d), nowT(d));
     const intervals = [];
     for (const s of d.steps) for (const a of s.spans) intervals.push([a.start, a.end ?? end]);
     for (const e of d.events) intervals.push([e[2], e[2]]);
@@ -182,13 +306,30 @@
     const axis = el("div", { class: "row axis" }, el("div", { class: "label" }, "time →"),
       el("div", { class: "track" }, scale.segs.map((s) => s[4]
         ? el("div", { class: "gap", style: "left:" + pct(s[2]) + ";width:" + pct(s[3] - s[2]), title: "idle " + fmtDur(s[1] - s[0]) + " (compressed)" }, "≈ " + fmtDur(s[1] - s[0]))
-        : el("div", { class: "tick", style: "left:" + pct(s[2]) }, "+" + fmtDur(s[0])))),
+        : el("div", { class: "tick", style: "left:" + pct(s[2]) }, "+" + fmtDur(s[0]))),
+        scale.endF < 0.98 ? el("div", { class: "tick end", style: "left:" + pct(scale.endF), title: "the run's end (or now)" }, "+" + fmtDur(end)) : null),
       el("div", { class: "meta" }, fmtDur(end)));
     const starts = d.starts.slice(1).map((t) => el("div", { class: "resume", style: "left:" + pct(scale.x(t)), title: "run resumed" }));
     return el("section", { class: "timeline" }, el("h2", {}, "Timeline ",
       el("small", {}, "one bar per step; ▮ attempt, ↻ retry, hatched = sleep or wait; ≈ compressed idle time")),
       axis, tl.scroll = el("div", { class: "tl-scroll", onscroll: () => requestAnimationFrame(drawTimeline) },
         el("div", { class: "resumes" }, starts), body));
+  }
+  // Axis labels that would overlap a compressed-gap label, an earlier tick label or the
+  // axis's end keep their tick line and lose their text (gap labels are kept: they say
+  // how much time is hidden).
+  function declutterAxis() {
+    const track = document.querySelector(".axis .track");
+    if (!track) return;
+    const bounds = track.getBoundingClientRect();
+    const gaps = [...track.querySelectorAll(".gap")].map((g) => g.getBoundingClientRect());
+    let lastRight = -Infinity;
+    for (const tick of [...track.querySelectorAll(".tick")].sort((a, b) => a.getBoundingClientRect().left - b.getBoundingClientRect().left)) {
+      const r = tick.getBoundingClientRect();
+      const hit = r.left < lastRight + 4 || r.right > bounds.right || gaps.some((g) => r.left < g.right && g.left < r.right);
+      if (hit) { tick.title = tick.textContent; tick.textContent = ""; tick.classList.add("quiet"); }
+      else lastRight = r.right;
+    }
   }
   function drawTimeline() {
     if (!tl || tl.rows.length <= TL_ALL) return;
@@ -352,6 +493,7 @@
     const keepEv = evScroll ? evScroll.scrollTop : 0;
     state.events = d.events; haystack = null;
     app.replaceChildren(header(d), timeline(d), eventsSection(d));
+    declutterAxis();
     document.querySelector(".tl-scroll").scrollTop = keepTl;
     evScroll.scrollTop = keepEv;
     readHash();
@@ -376,14 +518,19 @@
     const body = el("tbody", {}, shown.map((r) => el("tr", { "data-run-id": r.runId, "data-status": r.status },
       el("td", {}, el("a", { href: runHref(r.runId) }, r.runId)), el("td", {}, badge(r.status)),
       el("td", {}, r.workflowId || "–"), el("td", {}, fmtTime(r.startedAt)),
-      el("td", {}, fmtDur(r.durationSeconds)), el("td", {}, String(r.steps)),
+      el("td", {}, runDuration(r)), el("td", {}, String(r.steps)),
       el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
+    const approvals = CONFIG.actions && (d.approvals || []).length ? el("div", { class: "actions", "data-actions": "" },
+      approvalsList(d.approvals, true), field("reason", { placeholder: "reason for a denial (optional)" }),
+      el("span", { "data-action-result": "" }),
+      uiToken() ? null : el("small", { class: "notoken" }, "to act, open the URL little ui printed (it carries ?token=…)")) : null;
     app.replaceChildren(el("header", {}, el("div", { class: "top" }, el("h1", {}, "little-workflow runs"),
-      el("small", {}, d.dataDir || ""), CONFIG.liveUrl ? el("span", { class: "live" }, "● live") : null)),
+      el("small", {}, d.dataDir || ""), CONFIG.liveUrl ? el("span", { class: "live" }, "● live") : null)), approvals,
     el("section", {}, el("div", { class: "filters" }, select, el("span", { class: "count" }, shown.length + " runs")),
       el("table", { class: "runs" }, el("thead", {}, el("tr", {}, ["run id", "status", "workflow", "started", "duration", "steps", "waiting for / error"].map((h) => el("th", {}, h)))), body),
       // One catalogue page at a time (?status=…&workflow=…&cursor=…): the next one is a link.
       d.nextPage ? el("p", {}, el("a", { href: d.nextPage, "data-next-page": "1" }, "next page →")) : null));
+    showAnswer();
   }
 
   // ---- start, and live updates -----------------------------------------------------
@@ -391,21 +538,25 @@
   let current = DATA;
   render(current);
   window.addEventListener("hashchange", () => render(current));
+  let busy = false;
+  async function poll() {
+    if (busy || !CONFIG.liveUrl) return;
+    busy = true;
+    try {
+      const since = current.lastSequence ?? "";
+      const resp = await fetch(CONFIG.liveUrl + (CONFIG.liveUrl.includes("?") ? "&" : "?") + "since=" + since, { cache: "no-store" });
+      if (resp.ok) {
+        const fresh = await resp.json();
+        if (fresh.changed !== false) { current = fresh.data; render(current); }
+      }
+    } catch (e) { /* server gone: keep the last picture */ } finally { busy = false; }
+  }
+  // After an action: show its effect now, not at the next tick.
+  function refreshNow() { setTimeout(poll, 50); }
   if (CONFIG.liveUrl) {
-    let busy = false;
-    const timer = setInterval(async () => {
-      if (busy) return;
+    const timer = setInterval(() => {
       if (current.finished) { clearInterval(timer); document.querySelector(".live")?.remove(); return; }
-      busy = true;
-      try {
-        const since = current.lastSequence ?? "";
-        const resp = await fetch(CONFIG.liveUrl + (CONFIG.liveUrl.includes("?") ? "&" : "?") + "since=" + since, { cache: "no-store" });
-        if (resp.ok) {
-          const fresh = await resp.json();
-          if (fresh.changed !== false) { current = fresh.data; render(current); }
-          else if (document.body.dataset.page === "run") { /* time moves: refresh "so far" */ }
-        }
-      } catch (e) { /* server gone: keep the last picture */ } finally { busy = false; }
+      poll();
     }, 1000);
   }
   // Milliseconds from navigation start until the first picture's DOM is built.
