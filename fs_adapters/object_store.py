@@ -197,6 +197,54 @@ class ObjectStorePublisher(Publisher):
         names = [item["Key"][len(prefix):] for item in answer.get("Contents", [])]
         return [n for n in names if n and not is_temp_name(n.rsplit("/", 1)[-1])]
 
+    # Versioned documents: the ETag is the version; a write names it (`If-Match`), or
+    # asks that nothing be there (`If-None-Match: *`), and the store arbitrates.
+    versioned_across_processes = True
+
+    def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        """One GET: the bytes and their ETag, from the same response."""
+        from fsspec.asyn import sync
+
+        bucket, _, key = self.fs._strip_protocol(path).strip("/").partition("/")
+
+        async def get() -> tuple[bytes, str]:
+            answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            body = answer["Body"]
+            try:
+                return bytes(await body.read()), str(answer["ETag"])
+            finally:
+                body.close()
+
+        try:
+            return sync(self.fs.loop, get)
+        except FileNotFoundError as e:
+            found = s3_error_code(e)
+            if found is not None and found[0] == "NoSuchBucket":
+                raise storage_error(e, path, "reading") from e
+            return None
+        except STORE_ERRORS as e:
+            raise storage_error(e, path, "reading") from e
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        """One conditional PUT: False on 412 (another writer's version is there). A 409
+        (a concurrent conditional write still in flight) is asked again."""
+        bucket, _, key = self.fs._strip_protocol(path).strip("/").partition("/")
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data,
+                                ContentType="application/json", **condition)
+            except STORE_ERRORS as e:
+                if precondition_failed(e) or (version is not None and no_such_key(e)):
+                    return False
+                if conditional_conflict(e) and attempt + 1 < CONFLICT_RETRIES:
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                raise storage_error(e, path, "writing") from e
+            return True
+        raise AssertionError("unreachable")
+
     def cross_process_locks(self, root: str) -> "ObjectStoreLocks":
         return ObjectStoreLocks(self.fs, f"{root}/locks", lease_seconds=LEASE_SECONDS)
 

@@ -23,7 +23,7 @@ from fsspec.spec import AbstractFileSystem
 
 from little_workflow.world.kernel_locks import KernelLocks
 from little_workflow.world.posix import REAL_POSIX, Posix
-from little_workflow.world.publish import LocalPublisher
+from little_workflow.world.publish import LocalPublisher, content_version
 
 
 def _import_fs() -> Any:
@@ -330,6 +330,35 @@ class PyFilesystemFS(AbstractFileSystem):
         self._write(tmp, bytes(data))
         with _mapped_errors(path):
             self.pyfs.move(tmp, path, overwrite=True)
+
+    def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        try:
+            data = bytes(self.cat_file(path))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        return data, content_version(data)
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        """Compare and write: with a system path, under a kernel lock of the folder (as
+        on the local disk, across processes); elsewhere under this object's lock."""
+        path = self._strip_protocol(path)
+        if self.pyfs.hassyspath(path):
+            self._durable_parent(path)
+            return self._local.replace_if(self.pyfs.getsyspath(path), bytes(data), version,
+                                          durable=durable)
+        with self._lock:
+            current = self.read_versioned(path)
+            if (current[1] if current is not None else None) != version:
+                return False
+            if version is None:
+                return self.publish_if_absent(path, data, durable=durable)
+            self.replace(path, data, durable=durable)
+            return True
+
+    @property
+    def versioned_across_processes(self) -> bool:
+        return self.posix is REAL_POSIX and bool(self.pyfs.hassyspath("/"))
 
     def sync(self) -> None:
         """Make every `durable=False` publication so far durable (with a system path:

@@ -307,6 +307,45 @@ class RunCancelledError(LittleWorkflowError):
         super().__init__(f"run {run_id} was cancelled{why}")
 
 
+class QueueNotFoundError(LittleWorkflowError, LookupError):
+    """No queue of that name is declared in the World (`lw.declare_queue` first)."""
+
+    def __init__(self, queue: str, where: str = ""):
+        self.queue = queue
+        super().__init__(f"queue {queue!r} is not declared{where}; declare it first: "
+                         f"lw.declare_queue(world, {queue!r}, concurrency=...)")
+
+
+class QueueNotEmptyError(LittleWorkflowError):
+    """`lw.delete_queue` on a queue that still has unfinished runs, without `force=True`."""
+
+    def __init__(self, queue: str, run_ids: list[str]):
+        self.queue, self.run_ids = queue, run_ids
+        shown = ", ".join(run_ids[:5]) + (f" and {len(run_ids) - 5} more" if len(run_ids) > 5 else "")
+        super().__init__(f"queue {queue!r} still has {len(run_ids)} unfinished runs ({shown}); "
+                         "delete_queue(..., force=True) cancels them")
+
+
+class DuplicateRunError(LittleWorkflowError):
+    """`lw.enqueue(..., dedup_id=D, on_duplicate="raise")` while a run with that dedup id is
+    unfinished on the queue: `.run_id` is that run."""
+
+    def __init__(self, queue: str, dedup_id: str, run_id: str):
+        self.queue, self.dedup_id, self.run_id = queue, dedup_id, run_id
+        super().__init__(f"queue {queue!r} already has run {run_id} for dedup id {dedup_id!r} "
+                         "(unfinished); its handle: lw.enqueue(..., on_duplicate='return')")
+
+
+class RunQueuedError(LittleWorkflowError):
+    """The run is on a queue: only workers start it, within the queue's limits."""
+
+    def __init__(self, run_id: str, queue: str):
+        self.run_id, self.queue = run_id, queue
+        super().__init__(f"run {run_id} is on queue {queue!r}: a worker starts it within the "
+                         "queue's limits (lw.Worker / little worker); wait for it with its "
+                         "handle's result()")
+
+
 class LeaseLostError(LittleWorkflowError):
     """This process can no longer be sure it holds the run's lease (renewal failed or the
     lease may have expired): it stops appending so another holder can take over safely."""
@@ -382,3 +421,12 @@ class CatalogueQueryError(LittleWorkflowError, ValueError):
     def __init__(self, argument: str, problem: str):
         self.argument, self.problem = argument, problem
         super().__init__(f"list_runs {argument}: {problem}")
+
+
+class ScheduleError(LittleWorkflowError, ValueError):
+    """A schedule that cannot be stored: a bad name, cron expression, timezone,
+    catch_up or queue (`add_schedule`)."""
+
+    def __init__(self, name: str, problem: str):
+        self.name, self.problem = name, problem
+        super().__init__(f"schedule {name!r}: {problem}")

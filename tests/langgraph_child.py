@@ -3,6 +3,17 @@
 python langgraph_child.py DATA_DIR LOG_FILE THREAD start|resume|resume-kill|continue
 prints the graph's result (or its interrupt) as one JSON line. Every node appends its
 name to LOG_FILE, so the parent sees which nodes ran in which process.
+
+python langgraph_child.py DIR LOG THREAD async-kill|async-continue KIND SECONDS runs a chain of
+eight nodes n0…n7 (each working SECONDS, a stand-in for a model call) with
+durability="async" over KIND (local_world or local-file) in DIR: async-kill SIGKILLs itself
+inside n5, async-continue resumes with no input and prints the final list (or the error).
+Nodes append their names to LOG, and every checkpoint the saver acknowledged (its put
+returned) to LOG.acks, so the parent knows what must have survived.
+
+python langgraph_child.py DATA_DIR - THREAD prune LAYOUT K prunes THREAD to its newest
+three checkpoints and SIGKILLs itself just before its K-th World call that writes
+(tests/test_ext_langgraph_storage.py): a crash at a known moment of the prune.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ import operator
 import os
 import signal
 import sys
+import time
 from typing import Annotated, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -79,8 +91,80 @@ def build():
     return top
 
 
+class Chain(TypedDict, total=False):
+    done: Annotated[list[str], operator.add]
+
+
+class AckingSaver(WorldCheckpointSaver):
+    """Notes each checkpoint once it is acknowledged (put returned), in LOG.acks."""
+
+    def put(self, config, checkpoint, metadata, new_versions):  # type: ignore[no-untyped-def]
+        out = super().put(config, checkpoint, metadata, new_versions)
+        fd = os.open(LOG + ".acks", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:  # one write() each: whole lines, and a SIGKILL keeps what was written
+            os.write(fd, f"{out['configurable']['checkpoint_id']} {metadata.get('step')}\n".encode())
+        finally:
+            os.close(fd)
+        return out
+
+
+def chain_node(i: int, seconds: float):
+    def run(state: Chain) -> Chain:
+        logged(f"n{i}")()
+        time.sleep(seconds)
+        if i == 5 and MODE == "async-kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"done": [f"n{i}"]}
+    return run
+
+
+def run_chain(data_dir: str, thread: str, kind: str, seconds: float) -> None:
+    g = StateGraph(Chain)
+    previous = START
+    for i in range(8):
+        g.add_node(f"n{i}", chain_node(i, seconds))
+        g.add_edge(previous, f"n{i}")
+        previous = f"n{i}"
+    g.add_edge(previous, END)
+    world = lw.local_world(data_dir) if kind == "local_world" else lw.virtual_world("file://" + data_dir)
+    graph = g.compile(checkpointer=AckingSaver(world))
+    config = {"configurable": {"thread_id": thread}}
+    if MODE == "async-kill":
+        graph.invoke({"done": []}, config, durability="async")
+        return
+    try:
+        out = graph.invoke(None, config, durability="async")
+        print(json.dumps({"done": out["done"], "error": None}))
+    except Exception as e:  # the parent checks which one
+        print(json.dumps({"done": None, "error": type(e).__name__}))
+
+
+WRITES = {"append_event", "write_file", "create_file", "remove_file", "remove_dir",
+          "write_document", "create_document", "delete_run", "write_artifact", "sync"}
+
+
+def prune(data_dir: str, thread: str, layout: str, kill_at: int) -> None:
+    made = [0]
+
+    def on_call(name: str) -> None:
+        if name in WRITES:
+            made[0] += 1
+            if made[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    world = lw.tracing_world(lw.local_world(data_dir), on_call)
+    WorldCheckpointSaver(world, layout=layout).prune_old([thread], keep_last=3)
+    print(json.dumps({"writes": made[0]}))
+
+
 def main() -> None:
     data_dir, thread = sys.argv[1], sys.argv[3]
+    if MODE == "prune":
+        prune(data_dir, thread, sys.argv[5], int(sys.argv[6]))
+        return
+    if MODE.startswith("async-"):
+        run_chain(data_dir, thread, sys.argv[5], float(sys.argv[6]))
+        return
     world = lw.local_world(data_dir)
     graph = build().compile(checkpointer=WorldCheckpointSaver(world))
     config = {"configurable": {"thread_id": thread}}

@@ -12,9 +12,11 @@ import little_workflow as lw
 
 from .approvals import approvals, approve
 from .control import cancel, fork, send
+from .queues import enqueue, queues
 from .reading import artifacts, events, inspect_run, replay, ui
 from .running import demo, run, worker
 from .runs import runs
+from .schedules import schedules
 from .upkeep import gc_command, replay_check, verify
 from .watching import start, stream
 
@@ -31,7 +33,7 @@ def cli(data_dir: str | None, world_url: str | None) -> None:
 
 for command in (run, worker, demo, runs, send, cancel, fork, events, replay, artifacts,
                 inspect_run, ui, verify, replay_check, gc_command, approvals, approve, start,
-                stream):
+                stream, queues, enqueue, schedules):
     cli.add_command(command)
 
 

@@ -10,13 +10,15 @@ import little_workflow as lw
 
 from ..errors import failure_text
 from ..ops.cli_support import format_duration, format_started, plain_table, run_rows
+from ..world.protocol import WorldLike
+from ..world.vocabulary import RUN_STATUSES
 from .formatting import dump_json
 from .options import UserError, world_options
 
 
 @click.command()
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["created", "running", "waiting", "completed", "failed", "cancelled"]),
+              type=click.Choice([s for s in RUN_STATUSES if s != "unknown"]),
               help="only runs with this status (repeatable)")
 @click.option("--workflow", "workflow_id", default=None, metavar="ID", help="only runs of this workflow")
 @click.option("--since", default=None, metavar="AGE", help="only runs created within AGE, e.g. 2h, 7d")
@@ -27,7 +29,7 @@ from .options import UserError, world_options
 @click.option("--json", "as_json", is_flag=True, help="print the runs as JSON (one object per run)")
 @world_options(read_only=True, catalogue_only=True)
 def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, limit: int,
-         cursor: str | None, every_page: bool, as_json: bool, world: Any) -> None:
+         cursor: str | None, every_page: bool, as_json: bool, world: WorldLike) -> None:
     """List runs, newest first, a page at a time: id, status, workflow, started (UTC),
     duration."""
     age = None
@@ -64,6 +66,7 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
     table = [[r["runId"], r["status"] + (" (no live holder)" if r.get("noLiveHolder") else ""),
               r["workflowId"] or "-", format_started(r["startedAt"]),
               format_duration(r["durationSeconds"]), str(r["steps"]),
+              _thread(r["thread"]) if "thread" in r else
               _waits_for(r.get("waiting"), r.get("needsVersion"))] for r in rows]
     if any(r.get("error") for r in rows):  # what a failed run failed with, in short
         header.append("error")
@@ -77,8 +80,15 @@ def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, 
         click.echo(more)
 
 
+def _thread(thread: dict[str, Any]) -> str:
+    """A LangGraph thread's row says what it holds (it never waits: it is not a run)."""
+    count = thread["checkpoints"]
+    last = f", last node {thread['lastNode']}" if thread.get("lastNode") else ""
+    return f"thread {thread['threadId']}: {count} checkpoint{'s' if count != 1 else ''}{last}"
+
+
 def _waits_for(waiting: dict[str, Any] | None, needs_version: str | None = None) -> str:
-    if needs_version:  # what it waits for first: code of its version (DESIGN §15)
+    if needs_version:  # what it waits for first: code of its version (runs are pinned)
         return f"code of version {needs_version} (a resume was refused)"
     if not waiting:
         return ""

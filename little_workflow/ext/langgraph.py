@@ -6,35 +6,36 @@ from little_workflow.ext.langgraph import WorldCheckpointSaver
 graph = builder.compile(checkpointer=WorldCheckpointSaver(lw.virtual_world("s3://b/wf")))
 ```
 
-Everything goes through World methods (documents, files, artifacts), so it works on every
-World and `tracing_world` sees each read and write. One LangGraph thread belongs to one
-owner run id, `run_lg_<sha256(thread_id)[:32]>`, whose log holds one event,
-`langgraph.thread {threadId}` (so `little runs` lists the thread and `little verify` finds
-the owner of its artifacts; workers and gc leave it alone: it is never active or finished):
+Everything goes through World methods, so it works on every World and `tracing_world`
+sees each read and write; `langgraph_store.py` says where records live (files on virtual
+Worlds, the thread's own event log on `local_world`).
 
-```
-langgraph/threads/<ownerRunId>.json                     {"threadId"}  (for list(None))
-runs/<ownerRunId>/langgraph/<nsKey>/c/<hex(checkpointId)>.json
-runs/<ownerRunId>/langgraph/<nsKey>/w/<hex(checkpointId)>/<taskKey>[.m<k>].json
-```
+A checkpoint record holds the checkpoint without its values, its metadata, and for each
+channel its version and where its value is:
 
-A checkpoint file holds the whole checkpoint (channel values included), so the newest
-one is a head snapshot: reading a thread of thousands of checkpoints cold is one listing
-and one read, never a replay. Checkpoint file names are the hex of the id's UTF-8 bytes,
-which sorts as the ids do. A serialized value over 64 KiB is an artifact of the owner run
-(content-addressed, so an unchanged large channel is stored once per thread), and
-`delete_thread` is `world.delete_run(owner)`: crash-safe, and it leaves nothing behind.
+- `["i", type, bytes]` inline: a small value (≤ 1 KiB serialized), written again with
+  each checkpoint that holds it, as cheap as a reference;
+- `["b", name, type, loc]` a blob first stored by the checkpoint in `name`; a checkpoint
+  whose channel keeps its version points at the blob its parent points at, so a value is
+  stored once per version (as PostgresSaver's `checkpoint_blobs`);
+- `["l", type, header, [[name, size, loc], …]]` a list (a msgpack array) as segments of
+  its items' bytes: a new version that appends to its parent's list stores only the new
+  items, and the last segments merge while one is no more than twice the next, so a list
+  is a handful of segments and a chat's messages are stored about log(n) times each,
+  not once per turn. Reading concatenates them behind the array's header.
+
+So a thread's storage grows with what changes, not with the conversation times its length.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import json
+import builtins
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -55,44 +56,35 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "little_workflow.ext.langgraph needs LangGraph: pip install 'little-workflow[langgraph]'"
     ) from e
 
-__all__ = ["WorldCheckpointSaver", "thread_owner_run_id"]
+from .langgraph_store import (
+    LRU,
+    CheckpointDataError,
+    Entry,
+    Regenerated,
+    Stored,
+    Thread,
+    Threads,
+    copy_records,
+    filter_tags,
+    id_name,
+    metadata_tags,
+    tag,
+    thread_owner_run_id,
+)
 
-#: Serialized values larger than this go to artifacts (the World's inline limit).
+__all__ = ["CheckpointDataError", "WorldCheckpointSaver", "thread_owner_run_id"]
+
+#: The World's inline limit (values larger than this in an event are artifacts).
 INLINE_LIMIT = 64 * 1024
-THREADS_DIR = "langgraph/threads"
-ARTIFACT_NAME = "langgraph-value"
-THREAD_EVENT = "langgraph.thread"
+#: A serialized channel value up to this size is kept in the checkpoint record itself.
+INLINE_VALUE = 1024
+#: Bytes of list items kept in memory to diff a list's next version against (per saver).
+LIST_CACHE_BYTES = 64 * 1024 * 1024
+
+T = TypeVar("T")
 
 
-def thread_owner_run_id(thread_id: str) -> str:
-    """The run id that owns a thread's files and artifacts."""
-    return "run_lg_" + hashlib.sha256(str(thread_id).encode()).hexdigest()[:32]
-
-
-def _ns_key(checkpoint_ns: str) -> str:
-    # Namespaces hold ':' and '|' and can be long: a fixed-size key, the name is in records.
-    return "ns_" + hashlib.sha256(checkpoint_ns.encode()).hexdigest()[:24]
-
-
-def _id_name(checkpoint_id: str) -> str:
-    return checkpoint_id.encode().hex()
-
-
-def _id_from_name(name: str) -> str | None:
-    if not name.endswith(".json"):
-        return None
-    try:
-        return bytes.fromhex(name[:-5]).decode()
-    except ValueError:
-        return None
-
-
-def _json_bytes(doc: Any) -> bytes:
-    # Compact, for the C encoder: checkpoints are written once per super-step.
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _configurable(config: RunnableConfig) -> dict[str, Any]:
+def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
     conf = (config or {}).get("configurable")
     if not isinstance(conf, dict) or "thread_id" not in conf:
         raise ValueError(
@@ -107,140 +99,219 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableC
                              "checkpoint_id": checkpoint_id}}
 
 
+def _array_header(data: bytes) -> int:
+    """Length of the msgpack array header `data` starts with, 0 when it is no array."""
+    first = data[0] if data else 0
+    if 0x90 <= first <= 0x9F:
+        return 1
+    return {0xDC: 3, 0xDD: 5}.get(first, 0)
+
+
+def _node_of(task_path: str) -> str | None:
+    """The node a task runs, from LangGraph's task path (`~__pregel_pull, node`)."""
+    parts = [p.strip() for p in task_path.split(",")]
+    if len(parts) >= 2 and parts[0] == "~__pregel_pull":
+        return parts[1]
+    return None
+
+
+#: Where LangGraph passes a run's durability to its saver (in the config's configurable,
+#: when the run was given one; "async" is its default).
+DURABILITY_KEY = "__pregel_durability"
+#: The longest a new thread's run waits for its first checkpoint (a put that hangs longer
+#: has failed, and LangGraph reports that itself).
+FIRST_PUT_WAIT_SECONDS = 60.0
+
+
+@dataclass
+class FirstPut:
+    """A new thread's first checkpoint: begun, and stored (or failed)."""
+
+    started: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class ListState:
+    """A stored list version: its items' bytes and the segments that hold them."""
+
+    kind: str
+    region: bytes
+    segments: tuple[tuple[str, int, Any], ...]
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What `prune_old` keeps of each namespace of a thread: its newest `keep_last`
+    checkpoints and those younger than `keep_for` (both, when both are given); always its
+    newest, and the ancestors a kept checkpoint's delta channels are rebuilt from."""
+
+    keep_last: int | None = None
+    keep_for: timedelta | float | None = None
+
+
 class WorldCheckpointSaver(BaseCheckpointSaver[int]):
     """A LangGraph checkpointer over any World (sync and async, thread-safe).
 
-    The async methods run the sync ones in a worker thread, so a World on an object
-    store never blocks the event loop. Every write is durable when it returns (the
-    World's `write_file` contract).
+    Every write is durable when it returns. The async methods run the sync ones in a
+    worker thread, so a World on an object store never blocks the event loop.
+    `layout` ("files" or "events") overrides where new threads are kept; by default
+    `local_world` keeps them in events (one SQLite commit a record), others in files.
     """
 
-    def __init__(self, world: Any, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, world: Any, *, serde: SerializerProtocol | None = None,
+                 layout: str | None = None) -> None:
         super().__init__(serde=serde)
+        if layout not in (None, "files", "events"):
+            raise ValueError(f"unknown layout {layout!r}: use 'files' or 'events'")
         self.world = world
+        preferred = layout or ("events" if getattr(world, "kind", "") == "local" else "files")
+        self._threads = Threads(world, preferred)
         self._lock = threading.Lock()
-        self._indexed_threads: set[str] = set()
+        # Caches of storage, never the truth: where a checkpoint's values are (so a child
+        # points at its parent's blobs), stored lists (so a child stores only new items),
+        # and the nodes whose writes a checkpoint got (so its child names its last node).
+        self._channels: LRU = LRU(1024)
+        self._lists: LRU = LRU(256)
+        self._list_bytes = 0
+        self._nodes: LRU = LRU(1024)
+        # New threads' first checkpoints, by thread id, and in each graph's own Python
+        # thread the one its run is waiting for (see `get_next_version`).
+        self._first_puts: dict[str, FirstPut] = {}
+        self._running = threading.local()
 
-    # ---- paths ----------------------------------------------------------------------
+    # ---- threads and retries ----------------------------------------------------------
 
-    def _thread_dir(self, thread_id: str) -> str:
-        return f"runs/{thread_owner_run_id(thread_id)}/langgraph"
+    def _retrying(self, th: Thread, op: Callable[[Thread], T]) -> T:
+        for _ in range(5):
+            try:
+                return op(th)
+            except Regenerated:
+                # Another process compacted the thread: its document names the new log.
+                th = self._threads.wait_for_generation(th)
+        return op(th)
 
-    def _ns_dir(self, thread_id: str, checkpoint_ns: str) -> str:
-        return f"{self._thread_dir(thread_id)}/{_ns_key(checkpoint_ns)}"
-
-    def _checkpoint_path(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
-        return f"{self._ns_dir(thread_id, checkpoint_ns)}/c/{_id_name(checkpoint_id)}.json"
-
-    def _writes_dir(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
-        return f"{self._ns_dir(thread_id, checkpoint_ns)}/w/{_id_name(checkpoint_id)}"
-
-    # ---- value encoding ---------------------------------------------------------------
-
-    def _dump(self, owner: str, value: Any) -> dict[str, Any]:
-        kind, data = self.serde.dumps_typed(value)
-        return self._pack(owner, kind, data)
-
-    def _pack(self, owner: str, kind: str, data: bytes) -> dict[str, Any]:
-        if len(data) > INLINE_LIMIT:
-            manifest = self.world.write_artifact(
-                owner, "", ARTIFACT_NAME, bytes(data),
-                content_type="application/octet-stream", encoding="binary")
-            return {"type": kind, "ref": manifest.artifact_ref}
-        return {"type": kind, "data": base64.b64encode(data).decode("ascii")}
-
-    def _raw(self, packed: dict[str, Any]) -> tuple[str, bytes]:
-        if "ref" in packed:
-            return packed["type"], bytes(self.world.read_artifact(packed["ref"]))
-        return packed["type"], base64.b64decode(packed["data"])
-
-    def _load(self, packed: dict[str, Any]) -> Any:
-        return self.serde.loads_typed(self._raw(packed))
-
-    def _repack(self, owner: str, packed: dict[str, Any]) -> dict[str, Any]:
-        """The same value owned by another thread (copy_thread): artifacts republished."""
-        if "ref" not in packed:
-            return packed
-        return self._pack(owner, *self._raw(packed))
-
-    # ---- threads ---------------------------------------------------------------------
-
-    def _index_thread(self, thread_id: str) -> None:
-        with self._lock:
-            if thread_id in self._indexed_threads:
-                return
-        owner = thread_owner_run_id(thread_id)
-        # The owner run's one event: it names the thread in its log, so `little runs` lists
-        # the thread and `little verify` finds an owner for its artifacts (idempotent: the
-        # same key and payload from any process is the same event).
-        self.world.append_event(owner, THREAD_EVENT, {"threadId": thread_id},
-                                idempotency_key=THREAD_EVENT)
-        self.world.create_file(f"{THREADS_DIR}/{owner}.json", _json_bytes({"threadId": thread_id}))
-        with self._lock:
-            self._indexed_threads.add(thread_id)
-
-    def _thread_ids(self) -> list[str]:
-        out = []
-        for name in self.world.list_dir(THREADS_DIR):
-            if not name.endswith(".json"):
-                continue
-            doc = self.world.read_document(f"{THREADS_DIR}/{name}")
-            if isinstance(doc, dict) and isinstance(doc.get("threadId"), str):
-                out.append(doc["threadId"])
-        return out
-
-    def _namespaces(self, thread_id: str) -> list[str]:
-        """Namespace keys of a thread (folder names)."""
-        return [n for n in self.world.list_dir(self._thread_dir(thread_id)) if n.startswith("ns_")]
-
-    def _checkpoint_ids(self, thread_dir: str, ns_key: str) -> list[str]:
-        """Checkpoint ids in one namespace folder, newest first."""
-        names = self.world.list_dir(f"{thread_dir}/{ns_key}/c")
-        ids = [i for i in map(_id_from_name, names) if i is not None]
-        return sorted(ids, reverse=True)
+    def _find(self, thread_id: str) -> Thread | None:
+        return self._threads.find(str(thread_id), fresh=True)
 
     # ---- reading ---------------------------------------------------------------------
 
-    def _read_record(self, path: str) -> dict[str, Any] | None:
-        doc = self.world.read_document(path)
-        return doc if isinstance(doc, dict) else None
+    def _head(self, th: Thread, ns: str) -> Stored | None:
+        found = [s for s in (src.head(th, ns) for src in self._threads.sources(th)) if s]
+        return max(found, key=lambda s: s.id) if found else None
 
-    def _pending_writes(self, thread_id: str, checkpoint_ns: str,
-                        checkpoint_id: str) -> list[tuple[str, str, Any]]:
-        folder = self._writes_dir(thread_id, checkpoint_ns, checkpoint_id)
-        found = []
-        for name in self.world.list_dir(folder):
-            rec = self._read_record(f"{folder}/{name}")
-            if rec is not None:
-                found += [(rec["taskPath"], rec["taskId"], w) for w in rec["writes"]]
-        found.sort(key=lambda f: writes_sort_key(f[0], f[1], f[2]["idx"]))
-        return [(task_id, w["channel"], self._load(w["value"])) for _, task_id, w in found]
+    def _get(self, th: Thread, ns: str, checkpoint_id: str) -> Stored | None:
+        for src in self._threads.sources(th):
+            found = src.get(th, ns, checkpoint_id)
+            if found is not None:
+                return found
+        return None
 
-    def _tuple(self, rec: dict[str, Any]) -> CheckpointTuple:
-        thread_id, ns, cid = rec["threadId"], rec["checkpointNs"], rec["checkpointId"]
-        checkpoint = self._load(rec["checkpoint"])
-        checkpoint["channel_values"] = {ch: self._load(v) for ch, v in rec["channels"].items()}
-        parent = rec.get("parentCheckpointId")
+    def _resolved(self, stored: Stored, ref: Any) -> Any:
+        """A reference with this record's own location filled in (events: its sequence)."""
+        if ref is None or ref[0] in ("i", "a") or stored.loc is None:
+            return ref
+        if ref[0] == "b":
+            return ref if ref[3] is not None else ["b", ref[1], ref[2], stored.loc]
+        return ["l", ref[1], ref[2], [[s[0], s[1], s[2] if s[2] is not None else stored.loc]
+                                      for s in ref[3]]]
+
+    def _blob(self, th: Thread, stored: Stored, name: str, loc: Any) -> bytes:
+        layout = self._threads.layout(th) if stored.layout == "legacy" else \
+            self._threads.layouts[stored.layout]
+        data = layout.blob(th, stored.ns, name, loc)
+        if data is None:
+            raise CheckpointDataError(th.thread_id, f"checkpoint {stored.id}", f"value {name} is missing")
+        return data
+
+    def _value(self, th: Thread, stored: Stored, channel: str, version: Any, ref: Any) -> Any:
+        kind = ref[0]
+        if kind == "i":
+            return self.serde.loads_typed((ref[1], bytes(ref[2])))
+        if kind == "a":  # first layout: a value kept as an artifact
+            return self.serde.loads_typed((ref[1], bytes(self.world.read_artifact(ref[2]))))
+        if kind == "b":
+            return self.serde.loads_typed((ref[2], self._blob(th, stored, ref[1], ref[3])))
+        region = b"".join(self._blob(th, stored, s[0], s[2]) for s in ref[3])
+        if version is not None:
+            self._remember_list(th.owner, stored.ns, channel, version,
+                                ListState(ref[1], region, tuple(tuple(s) for s in ref[3])))
+        return self.serde.loads_typed((ref[1], bytes(ref[2]) + region))
+
+    def _remember_list(self, owner: str, ns: str, channel: str, version: Any, state: ListState) -> None:
+        with self._lock:
+            key = (owner, ns, channel, version)
+            old = self._lists.pop(key, None)
+            if old is not None:
+                self._list_bytes -= len(old.region)
+            self._lists.put(key, state)
+            self._list_bytes += len(state.region)
+            while self._list_bytes > LIST_CACHE_BYTES and len(self._lists) > 1:
+                _, dropped = self._lists.popitem(last=False)
+                self._list_bytes -= len(dropped.region)
+
+    def _tuple(self, th: Thread, stored: Stored) -> CheckpointTuple:
+        rec = stored.record
+        checkpoint = self.serde.loads_typed((rec["c"][0], bytes(rec["c"][1])))
+        values: dict[str, Any] = {}
+        channels: dict[str, Any] = {}
+        for ch, (version, ref) in (rec.get("v") or {}).items():
+            if ref is None:
+                continue
+            ref = self._resolved(stored, ref)
+            channels[ch] = [version, ref]
+            values[ch] = self._value(th, stored, ch, version, ref)
+        checkpoint["channel_values"] = values
+        with self._lock:
+            self._channels.put((th.owner, stored.ns, stored.id), channels)
+        metadata = self.serde.loads_typed((rec["m"][0], bytes(rec["m"][1])))
+        parent = stored.parent
         return CheckpointTuple(
-            config=_config(thread_id, ns, cid),
+            config=_config(th.thread_id, stored.ns, stored.id),
             checkpoint=checkpoint,
-            metadata=self._load(rec["metadata"]),
-            parent_config=_config(thread_id, ns, parent) if parent else None,
-            pending_writes=self._pending_writes(thread_id, ns, cid),
+            metadata=metadata,
+            parent_config=_config(th.thread_id, stored.ns, parent) if parent else None,
+            pending_writes=self._pending_writes(th, stored),
         )
+
+    def _pending_writes(self, th: Thread, stored: Stored) -> builtins.list[tuple[str, str, Any]]:
+        rows = []
+        for src in self._threads.sources(th):
+            rows += src.writes(th, stored.ns, stored.id, stored)
+        rows.sort(key=lambda r: writes_sort_key(r[0], r[1], r[2]))
+        out = []
+        for _path, task_id, _idx, channel, kind, data in rows:
+            if isinstance(data, list):  # first layout: a value kept as an artifact
+                data = self.world.read_artifact(data[2])
+            out.append((task_id, channel, self.serde.loads_typed((kind, bytes(data)))))
+        return out
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = _configurable(config)
-        thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         checkpoint_id = get_checkpoint_id(config)
-        if not checkpoint_id:
-            ids = self._checkpoint_ids(self._thread_dir(thread_id), _ns_key(ns))
-            if not ids:
-                return None
-            checkpoint_id = ids[0]
-        rec = self._read_record(self._checkpoint_path(thread_id, ns, checkpoint_id))
-        return self._tuple(rec) if rec is not None else None
+        th = self._find(conf["thread_id"])
+        if th is None:
+            self._threads.prepare(str(conf["thread_id"]))
+            if conf.get(DURABILITY_KEY, "async") == "async":
+                first = FirstPut()
+                with self._lock:
+                    self._first_puts[str(conf["thread_id"])] = first
+                self._running.first_put = first
+            return None
+
+        def read(t: Thread) -> CheckpointTuple | None:
+            stored = self._get(t, ns, checkpoint_id) if checkpoint_id else self._head(t, ns)
+            return self._tuple(t, stored) if stored is not None else None
+
+        return self._retrying(th, read)
+
+    def _entries(self, th: Thread, ns: str | None) -> builtins.list[tuple[Any, Entry]]:
+        out = []
+        for src in self._threads.sources(th):
+            out += [(src, e) for e in src.entries(th, ns)]
+        out.sort(key=lambda x: x[1].id, reverse=True)
+        return out
 
     def list(
         self,
@@ -251,42 +322,168 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         if config is None:
-            thread_ids = self._thread_ids()
+            threads: Any = self._threads.all()  # one document at a time
             only_ns, only_id = None, None
         else:
             conf = _configurable(config)
-            thread_ids = [str(conf["thread_id"])]
+            found = self._find(conf["thread_id"])
+            threads = [found] if found is not None else []
             only_ns = conf.get("checkpoint_ns")
             only_id = get_checkpoint_id(config)
         before_id = get_checkpoint_id(before) if before else None
-        remaining = limit
-        for thread_id in thread_ids:
-            thread_dir = self._thread_dir(thread_id)
-            ns_keys = [_ns_key(only_ns)] if only_ns is not None else self._namespaces(thread_id)
-            # Newest first across the thread's namespaces; ids decide before anything is read.
-            found = sorted(((cid, key) for key in ns_keys
-                            for cid in self._checkpoint_ids(thread_dir, key)), reverse=True)
-            for cid, key in found:
-                if remaining is not None and remaining <= 0:
-                    return
-                if only_id and cid != only_id:
+        wanted = filter_tags(filter) if filter else set()
+        remaining = [limit]
+        for th in threads:
+            done: set[tuple[str, str]] = set()
+            while th is not None:
+                try:
+                    yield from self._list_thread(th, only_ns, only_id, before_id, filter,
+                                                 wanted, remaining, done)
+                    break
+                except Regenerated:
+                    # Compacted meanwhile: go on in the new log, past what was yielded.
+                    th = self._threads.wait_for_generation(th)
+            if remaining[0] is not None and remaining[0] <= 0:
+                return
+
+    def _list_thread(self, th: Thread, only_ns: str | None, only_id: str | None,
+                     before_id: str | None, filter: dict[str, Any] | None,
+                     wanted: set[str] | None, remaining: builtins.list[int | None],
+                     done: set[tuple[str, str]]) -> Iterator[CheckpointTuple]:
+        for src, entry in self._entries(th, only_ns):
+            if remaining[0] is not None and remaining[0] <= 0:
+                return
+            if (only_id and entry.id != only_id) or (before_id and entry.id >= before_id):
+                continue
+            if wanted and entry.tags is not None and not wanted <= entry.tags:
+                continue  # its metadata cannot match: not read
+            stored = src.load(th, entry)
+            if stored is None or (stored.ns, stored.id) in done:
+                continue  # removed meanwhile, or yielded before a compaction
+            if filter:
+                metadata = self.serde.loads_typed((stored.record["m"][0], bytes(stored.record["m"][1])))
+                if not all(metadata.get(k) == v for k, v in filter.items()):
                     continue
-                if before_id and cid >= before_id:
-                    continue
-                rec = self._read_record(f"{thread_dir}/{key}/c/{_id_name(cid)}.json")
-                if rec is None:
-                    continue  # removed meanwhile
-                if filter:
-                    metadata = self._load(rec["metadata"])
-                    if not all(metadata.get(k) == v for k, v in filter.items()):
-                        continue
-                if remaining is not None:
-                    remaining -= 1
-                yield self._tuple(rec)
+            item = self._tuple(th, stored)
+            done.add((stored.ns, stored.id))
+            if remaining[0] is not None:
+                remaining[0] -= 1
+            yield item
 
     # ---- writing ---------------------------------------------------------------------
 
+    def _parent_channels(self, th: Thread, ns: str, parent: str | None) -> dict[str, Any] | None:
+        if parent is None:
+            return None
+        with self._lock:
+            known = self._channels.peek((th.owner, ns, parent))
+        if known is not None or th.layout != "files":
+            # On the events layout an unknown parent is not looked for (it may cost a read
+            # of the log): its values are stored again, which is correct, only larger.
+            return known
+        stored = self._threads.layout(th).get(th, ns, parent)
+        if stored is None:
+            return None
+        return {ch: [v, self._resolved(stored, ref)] for ch, (v, ref) in (stored.record.get("v") or {}).items()
+                if ref is not None and ref[0] != "a"}
+
+    def _encode(self, th: Thread, ns: str, checkpoint_id: str, checkpoint: Checkpoint,
+                new_versions: ChannelVersions, parent: dict[str, Any] | None,
+                ) -> tuple[dict[str, Any], dict[str, bytes], dict[str, ListState]]:
+        versions = checkpoint["channel_versions"]
+        prefix = id_name(checkpoint_id)
+        channels: dict[str, Any] = {}
+        blobs: dict[str, bytes] = {}
+        lists: dict[str, ListState] = {}
+        for ch, value in checkpoint["channel_values"].items():
+            version = versions.get(ch)
+            prev = parent.get(ch) if parent is not None else None
+            if prev is not None and version is not None and prev[0] == version and ch not in new_versions:
+                channels[ch] = prev  # unchanged since the parent: its value is stored
+                continue
+            kind, data = self.serde.dumps_typed(value)
+            if len(data) <= INLINE_VALUE:
+                channels[ch] = [version, ["i", kind, data]]
+                continue
+            header = _array_header(data) if kind == "msgpack" else 0
+            if header:
+                ref, state = self._list_ref(th, ns, prefix, ch, kind, data, header, prev, blobs)
+                channels[ch] = [version, ref]
+                lists[ch] = state
+                continue
+            name = f"{prefix}.{len(blobs)}"
+            blobs[name] = data
+            channels[ch] = [version, ["b", name, kind, None]]
+        return channels, blobs, lists
+
+    def _list_ref(self, th: Thread, ns: str, prefix: str, channel: str, kind: str, data: bytes,
+                  header: int, prev: Any, blobs: dict[str, bytes]) -> tuple[builtins.list[Any], ListState]:
+        region = data[header:]
+        segments: builtins.list[builtins.list[Any]] = []
+        offset = 0
+        if prev is not None and prev[1] is not None and prev[1][0] == "l":
+            with self._lock:
+                old = self._lists.peek((th.owner, ns, channel, prev[0]))
+            if (old is not None and old.kind == kind and len(region) >= len(old.region)
+                    and region.startswith(old.region)):
+                segments = [list(s) for s in old.segments]
+                offset = len(old.region)
+        new_names: set[str] = set()
+
+        def add(start: int, end: int) -> builtins.list[Any]:
+            name = f"{prefix}.{len(blobs)}"
+            while name in blobs:
+                name += "x"
+            blobs[name] = region[start:end]
+            new_names.add(name)
+            return [name, end - start, None]
+
+        if len(region) > offset or not segments:
+            segments.append(add(offset, len(region)))
+        # Merge the newest segments while one is no more than twice the next: sizes fall
+        # geometrically, so a list of n items is O(log n) segments and each item is
+        # rewritten O(log n) times in all.
+        while len(segments) >= 2 and segments[-2][1] < 2 * segments[-1][1]:
+            start = sum(s[1] for s in segments[:-2])
+            merged = add(start, start + segments[-2][1] + segments[-1][1])
+            for s in segments[-2:]:
+                if s[0] in new_names:
+                    blobs.pop(s[0], None)
+            segments[-2:] = [merged]
+        return ["l", kind, data[:header], segments], ListState(kind, region, tuple(tuple(s) for s in segments))
+
     def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = str(_configurable(config)["thread_id"])
+        with self._lock:
+            first = self._first_puts.pop(thread_id, None)
+        if first is None:
+            return self._put(config, checkpoint, metadata, new_versions)
+        first.started = True
+        try:
+            return self._put(config, checkpoint, metadata, new_versions)
+        finally:
+            first.done.set()
+
+    def get_next_version(self, current: int | None, channel: None = None) -> int:
+        """Also where a new thread's run waits, once, for its first checkpoint: LangGraph
+        calls this in the graph's own thread as each step ends, and under
+        durability="async" the graph otherwise runs on while that checkpoint is stored —
+        a crash before it lands (a few quick nodes later) loses the whole thread, input and
+        all, where losing the last steps is what async allows. Waited for only once its
+        put has begun (under durability="exit" it never does before the run ends)."""
+        first = getattr(self._running, "first_put", None)
+        if first is not None and first.started:
+            self._running.first_put = None
+            first.done.wait(FIRST_PUT_WAIT_SECONDS)
+        return super().get_next_version(current, channel)
+
+    def _put(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
@@ -296,22 +493,40 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         conf = _configurable(config)
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
-        owner = thread_owner_run_id(thread_id)
-        self._index_thread(thread_id)
-        body: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = body.pop("channel_values", None) or {}
+        checkpoint_id = checkpoint["id"]
+        parent = conf.get("checkpoint_id")
+        th = self._threads.for_write(thread_id)
+        body: dict[str, Any] = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        md = get_checkpoint_metadata(config, metadata)
+        channels, blobs, lists = self._encode(th, ns, checkpoint_id, checkpoint, new_versions,
+                                              self._parent_channels(th, ns, parent))
+        with self._lock:
+            nodes = self._nodes.pop((th.owner, ns, parent), None) if parent else None
         record = {
-            "threadId": thread_id,
-            "checkpointNs": ns,
-            "checkpointId": checkpoint["id"],
-            "parentCheckpointId": conf.get("checkpoint_id"),
-            "checkpoint": self._dump(owner, body),
-            "metadata": self._dump(owner, get_checkpoint_metadata(config, metadata)),
-            "channels": {ch: self._dump(owner, v) for ch, v in values.items()},
+            "f": 2, "n": ns, "i": checkpoint_id, "p": parent,
+            "c": list(self.serde.dumps_typed(body)), "m": list(self.serde.dumps_typed(md)),
+            "v": channels, "g": metadata_tags(dict(md)), "a": self.world.clock.now(),
+            "x": sorted(nodes) if nodes else None,
         }
-        self.world.write_file(self._checkpoint_path(thread_id, ns, checkpoint["id"]),
-                              _json_bytes(record))
-        return _config(thread_id, ns, checkpoint["id"])
+
+        def write(t: Thread) -> Any:
+            if t.layout == "events" and not t.documented:
+                self._threads.layout(t).start(t)
+            return self._threads.layout(t).add_checkpoint(t, ns, checkpoint_id, record, blobs)
+
+        loc = self._retrying(th, write)
+        th = self._threads.for_write(thread_id)  # a compaction meanwhile moved it
+        stored = Stored(ns, checkpoint_id, parent, record, loc, th.layout)
+        resolved = {ch: [v, self._resolved(stored, ref)] for ch, (v, ref) in channels.items()}
+        with self._lock:
+            self._channels.put((th.owner, ns, checkpoint_id), resolved)
+        for ch, state in lists.items():
+            segs = tuple((s[0], s[1], s[2] if s[2] is not None else loc) for s in state.segments)
+            self._remember_list(th.owner, ns, ch, channels[ch][0], ListState(state.kind, state.region, segs))
+        if not th.documented:
+            # After the first record: the thread is safe as soon as that one is stored.
+            self._threads.document(th)
+        return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(
         self,
@@ -324,64 +539,77 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         checkpoint_id = conf["checkpoint_id"]
-        owner = thread_owner_run_id(thread_id)
-        folder = self._writes_dir(thread_id, ns, checkpoint_id)
-        task_key = hashlib.sha256(task_id.encode()).hexdigest()[:24]
-        regular: list[dict[str, Any]] = []
-        special: list[dict[str, Any]] = []
+        th = self._threads.for_write(thread_id)
+        regular: builtins.list[builtins.list[Any]] = []
+        special: builtins.list[builtins.list[Any]] = []
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
-            entry: dict[str, Any] = {"idx": idx, "channel": channel,
-                                     "value": self._dump(owner, value)}
-            (regular if idx >= 0 else special).append(entry)
-        head = {"taskId": task_id, "taskPath": task_path}
-        if regular:
-            # A task's writes are one file, published once: a crash never leaves some of
-            # them stored (LangGraph would take the task as done and drop the rest), and a
-            # retried task never changes writes already kept.
-            path = f"{folder}/{task_key}.json"
-            if not self.world.create_file(path, _json_bytes({**head, "writes": regular})):
-                kept = self._read_record(path) or {**head, "writes": []}
-                have = {w["idx"] for w in kept["writes"]}
-                extra = [w for w in regular if w["idx"] not in have]
-                if extra:
-                    self.world.write_file(path, _json_bytes({**kept, "writes": kept["writes"] + extra}))
-        for entry in special:
-            # Errors, interrupts, resumes (idx < 0): the newest replaces the last.
-            self.world.write_file(f"{folder}/{task_key}.m{-entry['idx']}.json",
-                                  _json_bytes({**head, "writes": [entry]}))
+            kind, data = self.serde.dumps_typed(value)
+            (regular if idx >= 0 else special).append([idx, channel, kind, data])
+
+        def write(t: Thread) -> None:
+            if t.layout == "events" and not t.documented:
+                self._threads.layout(t).start(t)
+            self._threads.layout(t).add_writes(t, ns, checkpoint_id, task_id, task_path, regular, special)
+
+        self._retrying(th, write)
+        node = _node_of(task_path)
+        if node is not None:
+            with self._lock:
+                key = (th.owner, ns, checkpoint_id)
+                found = self._nodes.peek(key)
+                if found is None:
+                    found = set()
+                    self._nodes.put(key, found)
+                found.add(node)
 
     # ---- removing and copying ------------------------------------------------------
 
-    def _remove_checkpoint(self, thread_dir: str, ns_key: str, checkpoint_id: str) -> None:
-        name = _id_name(checkpoint_id)
-        writes = f"{thread_dir}/{ns_key}/w/{name}"
-        for w in self.world.list_dir(writes):
-            self.world.remove_file(f"{writes}/{w}", durable=False)
-        if self.world.file_info(writes) is not None:
-            self.world.remove_dir(writes)
-        # The checkpoint last and durable: until it is gone its writes may be incomplete,
-        # never the other way round.
-        self.world.remove_file(f"{thread_dir}/{ns_key}/c/{name}.json")
-
     def delete_thread(self, thread_id: str) -> None:
-        owner = thread_owner_run_id(str(thread_id))
-        self.world.delete_run(owner)
-        self.world.remove_file(f"{THREADS_DIR}/{owner}.json")
-        with self._lock:
-            self._indexed_threads.discard(str(thread_id))
+        th = self._find(str(thread_id))
+        if th is None:
+            th = Thread(str(thread_id), thread_owner_run_id(str(thread_id)), "files")
+        self._threads.delete(th)
+
+    def _remove(self, th: Thread, doomed: builtins.list[tuple[Any, Entry, Stored]], *,
+                reclaim: bool) -> None:
+        """Remove checkpoints with their writes (and, reclaiming, the values only they held)."""
+        if not doomed:
+            return
+        if th.layout == "events" and reclaim:
+            self._threads.compact(th, {(s.ns, s.id) for _, _, s in doomed})
+            return
+        by_source: dict[int, tuple[Any, builtins.list[Entry]]] = {}
+        for src, e, _ in doomed:
+            by_source.setdefault(id(src), (src, []))[1].append(e)
+        for src, entries in by_source.values():
+            src.remove(th, entries, reclaim)
+
+    def _stored_metadata(self, th: Thread, src: Any, entry: Entry) -> tuple[Stored, dict[str, Any]] | None:
+        stored = src.load(th, entry)
+        if stored is None:
+            return None
+        rec = stored.record
+        return stored, self.serde.loads_typed((rec["m"][0], bytes(rec["m"][1])))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
-        for thread_id in self._thread_ids():
-            thread_dir = self._thread_dir(thread_id)
-            for key in self._namespaces(thread_id):
-                for cid in self._checkpoint_ids(thread_dir, key):
-                    rec = self._read_record(f"{thread_dir}/{key}/c/{_id_name(cid)}.json")
-                    if rec is not None and self._load(rec["metadata"]).get("run_id") in wanted:
-                        self._remove_checkpoint(thread_dir, key, cid)
+        tags = {tag("run_id", r) for r in wanted}
+        for th in list(self._threads.all()):
+
+            def remove(t: Thread) -> None:
+                doomed = []
+                for src, entry in self._entries(t, None):
+                    if entry.tags is not None and not (entry.tags & tags):
+                        continue  # its name says another run made it: not read
+                    found = self._stored_metadata(t, src, entry)
+                    if found is not None and found[1].get("run_id") in wanted:
+                        doomed.append((src, entry, found[0]))
+                self._remove(t, doomed, reclaim=False)
+
+            self._retrying(th, remove)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -390,37 +618,84 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             if strategy == "delete":
                 self.delete_thread(thread_id)
                 continue
-            thread_dir = self._thread_dir(thread_id)
-            for key in self._namespaces(thread_id):
-                for cid in self._checkpoint_ids(thread_dir, key)[1:]:
-                    self._remove_checkpoint(thread_dir, key, cid)
+            th = self._find(thread_id)
+            if th is not None:
+                self._retrying(th, lambda t: self._prune_thread(t, Retention(keep_last=1)))
+
+    def prune_old(self, thread_ids: Sequence[str] | None = None, *, keep_last: int | None = None,
+                  keep_for: timedelta | float | None = None) -> int:
+        """Remove old checkpoints of threads (all of them when `thread_ids` is None) with
+        their writes and the values only they needed; what stays is what `Retention` says.
+        Crash-safe: a kill part way leaves every thread readable, and its head whole.
+        Returns how many checkpoints were removed."""
+        if keep_last is None and keep_for is None:
+            raise ValueError("prune_old needs keep_last or keep_for (or both)")
+        if keep_last is not None and keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1, not {keep_last!r}")
+        policy = Retention(keep_last, keep_for)
+        if thread_ids is None:
+            threads: Any = list(self._threads.all())
+        else:
+            threads = [t for t in map(self._find, map(str, thread_ids)) if t is not None]
+        return sum(self._retrying(th, lambda t: self._prune_thread(t, policy)) for th in threads)
+
+    def _prune_thread(self, th: Thread, policy: Retention) -> int:
+        entries = self._entries(th, None)
+        by_ns: dict[str, builtins.list[tuple[Any, Entry, Stored]]] = {}
+        for src, entry in entries:  # newest first
+            stored = src.load(th, entry)
+            if stored is not None:
+                by_ns.setdefault(stored.ns, []).append((src, entry, stored))
+        cutoff = None
+        if policy.keep_for is not None:
+            seconds = policy.keep_for.total_seconds() if isinstance(policy.keep_for, timedelta) \
+                else float(policy.keep_for)
+            cutoff = self.world.clock.now() - seconds
+        doomed: builtins.list[tuple[Any, Entry, Stored]] = []
+        for items in by_ns.values():
+            keep: set[str] = set()
+            for i, (_src, _entry, stored) in enumerate(items):
+                recent = policy.keep_last is not None and i < policy.keep_last
+                young = cutoff is not None and float(stored.record.get("a") or 0) >= cutoff
+                if i == 0 or recent or young:
+                    keep.add(stored.id)
+            keep |= self._delta_ancestors([s for _, _, s in items if s.id in keep],
+                                          {s.id: s for _, _, s in items})
+            doomed += [(src, entry, stored) for src, entry, stored in items if stored.id not in keep]
+        self._remove(th, doomed, reclaim=True)
+        return len(doomed)
+
+    def _delta_ancestors(self, kept: builtins.list[Stored], by_id: dict[str, Stored]) -> set[str]:
+        """Ancestors a kept checkpoint's DeltaChannels are rebuilt from: walk the parent
+        chain, with writes, until each such channel has a stored value (what LangGraph's
+        `get_delta_channel_history` reads)."""
+        out: set[str] = set()
+        for stored in kept:
+            md = self.serde.loads_typed((stored.record["m"][0], bytes(stored.record["m"][1])))
+            missing = {ch for ch in (md.get("counters_since_delta_snapshot") or {})
+                       if ch not in (stored.record.get("v") or {})}
+            cursor = by_id.get(stored.parent) if stored.parent else None
+            while missing and cursor is not None:
+                out.add(cursor.id)
+                missing -= set(cursor.record.get("v") or {})
+                cursor = by_id.get(cursor.parent) if cursor.parent else None
+        return out
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        source, target = str(source_thread_id), str(target_thread_id)
-        owner = thread_owner_run_id(target)
-        source_dir, target_dir = self._thread_dir(source), self._thread_dir(target)
-        copied = False
-        for key in self._namespaces(source):
-            for cid in self._checkpoint_ids(source_dir, key):
-                rec = self._read_record(f"{source_dir}/{key}/c/{_id_name(cid)}.json")
-                if rec is None:
-                    continue
-                if not copied:
-                    self._index_thread(target)
-                    copied = True
-                writes = f"{source_dir}/{key}/w/{_id_name(cid)}"
-                for name in self.world.list_dir(writes):
-                    w = self._read_record(f"{writes}/{name}")
-                    if w is not None:
-                        w["writes"] = [{**x, "value": self._repack(owner, x["value"])}
-                                       for x in w["writes"]]
-                        self.world.write_file(f"{target_dir}/{key}/w/{_id_name(cid)}/{name}",
-                                              _json_bytes(w))
-                rec["threadId"] = target
-                for field in ("checkpoint", "metadata"):
-                    rec[field] = self._repack(owner, rec[field])
-                rec["channels"] = {ch: self._repack(owner, v) for ch, v in rec["channels"].items()}
-                self.world.write_file(f"{target_dir}/{key}/c/{_id_name(cid)}.json", _json_bytes(rec))
+        source = self._find(str(source_thread_id))
+        if source is None:
+            return
+        target = self._threads.for_write(str(target_thread_id))
+
+        def copy(t: Thread) -> None:
+            if t.layout == "events" and not t.documented:
+                self._threads.layout(t).start(t)
+            copy_records(self._threads, source, t)
+
+        self._retrying(target, copy)
+        target = self._threads.for_write(str(target_thread_id))
+        if not target.documented:
+            self._threads.document(target)
 
     # ---- async: the same operations off the event loop ------------------------------
 

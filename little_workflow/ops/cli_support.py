@@ -20,6 +20,7 @@ from ..errors import (
     StorageError,
 )
 from ..world.ids import validate_run_id
+from ..world.protocol import WorldLike
 
 
 class CliError(LittleWorkflowError):
@@ -139,8 +140,20 @@ class LocalCatalogueReader:
             self.events.close()
             raise CatalogueNotBuiltError(db_path)
         self.catalogue = self.events.catalogue
+        self._world: Any = None
+
+    def world(self) -> Any:
+        """The read-only World itself, opened on first use: for a row that needs more
+        than the catalogue (an integration's owner run: `ops/owners.py`)."""
+        if self._world is None:
+            from ..world.local import local_world
+
+            self._world = local_world(self.data_dir, read_only=True)
+        return self._world
 
     def close(self) -> None:
+        if self._world is not None:
+            self._world.close()
         self.events.close()
 
 
@@ -254,7 +267,7 @@ def run_row(summary: Any) -> dict[str, Any]:
             "parentRunId": summary.parent_run_id, "needsVersion": summary.needs_version}
 
 
-def has_no_live_holder(world: Any, run_id: str) -> bool:
+def has_no_live_holder(world: WorldLike, run_id: str) -> bool:
     """A `running` run that no process executes (its process was killed: a worker or
     `little run` resumes it), where the World can tell: local_world's lock directories.
     Elsewhere (leases on an object store, in-process locks) it says nothing."""
@@ -267,13 +280,14 @@ def has_no_live_holder(world: Any, run_id: str) -> bool:
     return directory_lock_holder(locks_dir, run_lock_name(run_id)) in ("none", "dead")
 
 
-def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,
+def run_rows(world: WorldLike, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,
              since: float | None = None, limit: int = 50, cursor: str | None = None,
              every_page: bool = False) -> tuple[list[dict[str, Any]], str | None]:
     """Rows of `little runs`, newest first, one catalogue page (or every page) at a time,
     and the cursor of the next page (None at the end). `since`: seconds back from the
     World's clock."""
     from ..world.catalogue import list_runs
+    from .owners import DESCRIBERS, describe_owner
 
     after = None
     if since is not None:
@@ -285,7 +299,13 @@ def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | N
     while True:
         page = list_runs(world, status=list(statuses) or None, workflow_id=workflow_id,
                          created_after=after, limit=limit, cursor=cursor)
-        rows += [run_row(r) for r in page.runs]
+        for r in page.runs:
+            row = run_row(r)
+            thread = describe_owner(world.world() if isinstance(world, LocalCatalogueReader) else world,
+                                    r.workflow_id, r.run_id) if r.workflow_id in DESCRIBERS else None
+            if thread is not None:
+                row["thread"] = thread
+            rows.append(row)
         for row in rows:
             if row["status"] == "running" and "noLiveHolder" not in row:
                 row["noLiveHolder"] = has_no_live_holder(world, row["runId"])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, TypeVar
 
+from ..world.protocol import WorldLike
+from .deadlines import Deadline
 from .memory import pipeline_key
 from .outer_loop import arun_outer_loop
 from .pipeline import Pipeline, pipeline_members
@@ -23,7 +25,7 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def resolve_world(world: Any) -> Any:
+def resolve_world(world: WorldLike | str | None) -> WorldLike:
     """A World object as given, a World for an fsspec URL (`"memory://wf"`,
     `"file:///data/wf"`, `"s3://bucket/prefix"`), or `local_world()` in the current
     directory when None. A string is always a `virtual_world` (one file per event), a
@@ -43,12 +45,13 @@ async def arun_workflow(
     wf: Workflow[In, Out],
     input: In | None = None,
     *,
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
     max_outer_cycles: int | None = None,
     supervise: Supervisor[In, Out] | None = None,
     outer_loop_id: str | None = None,
     suspend: bool = False,
+    deadline: Deadline | None = None,
 ) -> RunResult[Out]:
     """Start or resume a run and return its result (the coroutine form of `run_workflow`).
 
@@ -61,37 +64,48 @@ async def arun_workflow(
     - `suspend`: a run that must wait (`ctx.sleep`, `ctx.wait_for_event`) releases its
       lock and returns `status="waiting"` with `waiting={kind, stepPath, ...}` instead of
       waiting in this process; calling again (or a `Worker`) continues it.
+    - `deadline`: a timedelta or seconds (default: the workflow's `timeout`). A new run
+      is cancelled with its sub-runs once that much time has passed on the World's clock
+      since its creation (`RunCancelledError`, reason "deadline"); a resumed run keeps
+      the deadline it was created with. One run's: an outer loop's cycles take the
+      workflow's `timeout`.
 
     Raises `WorkflowFailedError` when the run fails, `SchemaValidationError` for invalid
-    input (before anything is written), `RunLockedError` when the run is running elsewhere.
+    input (before anything is written), `RunLockedError` when the run is running elsewhere,
+    `RunCancelledError` when it was cancelled (or its deadline passed).
     """
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
     world = resolve_world(world)
     if max_outer_cycles is not None or supervise is not None or outer_loop_id is not None:
+        if deadline is not None:
+            raise ValueError("deadline= is one run's: give the workflow a timeout= for the "
+                             "runs of an outer loop's cycles")
         return await arun_outer_loop(
             wf, input, world=world, max_outer_cycles=max_outer_cycles,
             supervise=supervise, outer_loop_id=outer_loop_id,
         )
-    return await arun_single(wf, input, world=world, run_id=run_id, suspend=suspend)
+    return await arun_single(wf, input, world=world, run_id=run_id, suspend=suspend,
+                             deadline=deadline)
 
 
 def run_workflow(
     wf: Workflow[In, Out],
     input: In | None = None,
     *,
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
     max_outer_cycles: int | None = None,
     supervise: Supervisor[In, Out] | None = None,
     outer_loop_id: str | None = None,
     suspend: bool = False,
+    deadline: Deadline | None = None,
 ) -> RunResult[Out]:
     """Start or resume a run and wait for its result. Works in plain scripts and inside a
     running event loop (a notebook cell). Arguments and errors as `arun_workflow`."""
     return run_sync(lambda: arun_workflow(
         wf, input, world=world, run_id=run_id, max_outer_cycles=max_outer_cycles,
-        supervise=supervise, outer_loop_id=outer_loop_id, suspend=suspend))
+        supervise=supervise, outer_loop_id=outer_loop_id, suspend=suspend, deadline=deadline))
 
 
 async def arun_pipeline(
@@ -99,8 +113,9 @@ async def arun_pipeline(
     input: In | None = None,
     *,
     orchestrator: Workflow[In, Out] | Callable[[RunContext, In], Awaitable[Out]],
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
+    deadline: Deadline | None = None,
 ) -> RunResult[Out]:
     """Coroutine form of `run_pipeline`."""
     members = pipeline_members(workflows)
@@ -110,7 +125,7 @@ async def arun_pipeline(
         orchestrator = workflow(id=getattr(orchestrator, "__name__", "orchestrator"))(orchestrator)
     key = pipeline_key([wf.definition_hash for wf in members.values()])
     return await arun_single(orchestrator, input, world=resolve_world(world), run_id=run_id,
-                             pipeline=Pipeline(workflows=members, key=key))
+                             pipeline=Pipeline(workflows=members, key=key), deadline=deadline)
 
 
 def run_pipeline(
@@ -118,10 +133,12 @@ def run_pipeline(
     input: In | None = None,
     *,
     orchestrator: Workflow[In, Out] | Callable[[RunContext, In], Awaitable[Out]],
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
+    deadline: Deadline | None = None,
 ) -> RunResult[Out]:
     """Run `orchestrator` as the top-level run; it calls members with
-    `await ctx.call_workflow(name, input)`, each a sub-run whose id is reserved first."""
+    `await ctx.call_workflow(name, input)`, each a sub-run whose id is reserved first.
+    `deadline` as for `run_workflow`: the sub-runs end no later than the orchestrator."""
     return run_sync(lambda: arun_pipeline(workflows, input, orchestrator=orchestrator,
-                                          world=world, run_id=run_id))
+                                          world=world, run_id=run_id, deadline=deadline))

@@ -14,7 +14,9 @@ from ..errors import ForkPointError, RunNotFoundError, WorldPathError
 from ..world.ids import ARTIFACT_REF_PREFIX, validate_run_id
 from ..world.ids import new_run_id as make_run_id
 from ..world.models import thaw
+from ..world.protocol import WorldLike
 from .active_index import mark_active
+from .deadlines import forked_deadline
 from .plans import copy_kept_plan
 from .state import RunLog
 
@@ -79,7 +81,7 @@ def _belongs_to(event: Any, step_paths: tuple[str, ...]) -> bool:
 class _Republisher:
     """Copies the source's artifacts under the fork, each once."""
 
-    def __init__(self, world: Any, source: str, fork_id: str):
+    def __init__(self, world: WorldLike, source: str, fork_id: str):
         self.world, self.source, self.fork_id = world, source, fork_id
         self.copied: dict[str, str] = {}
         self._manifests: dict[str, Any] | None = None
@@ -93,7 +95,7 @@ class _Republisher:
         return m
 
 
-def _republish(world: Any, value: Any, fork_id: str, copied: Any) -> Any:
+def _republish(world: WorldLike, value: Any, fork_id: str, copied: Any) -> Any:
     """`value` with every artifact ref replaced by a copy owned by the fork."""
     if isinstance(value, str):
         if not value.startswith(ARTIFACT_REF_PREFIX):
@@ -118,7 +120,7 @@ def _republish(world: Any, value: Any, fork_id: str, copied: Any) -> Any:
     return value
 
 
-def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
+def fork_run(world: WorldLike, run_id: str, *, from_step: str | None = None,
              new_run_id: str | None = None) -> str:
     """A new run with the same workflow and input, whose log holds the source's records
     of every step that started before `from_step` (default: the first failed step).
@@ -134,9 +136,11 @@ def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
     with world.run_lock(fork_id):
         if world.list_events(fork_id):
             raise WorldPathError(f"run id {fork_id} is already used; pick another new_run_id")
-        # No `version`: a fork runs the code it is given, and its first run pins it.
+        # No `version`: a fork runs the code it is given, and its first run pins it. Its
+        # deadline is the source's time again, from now (the source's may be long past).
         created = {k: thaw(v) for k, v in log.created.items()
-                   if k not in ("forkedFrom", "version")}
+                   if k not in ("forkedFrom", "version", "deadline")}
+        created.update(forked_deadline(log, world.clock.now()))
         created["forkedFrom"] = {"runId": run_id, "stepPath": step_path}
         copied_refs = _Republisher(world, run_id, fork_id)
         created = _republish(world, created, fork_id, copied_refs)

@@ -22,6 +22,7 @@ from ..errors import (
     WorkflowVersionError,
 )
 from ..world.ids import canonical_json, sha256_hex
+from .deadlines import deadline_of
 from .steps import error_record
 from .telemetry import step_attempt
 from .values import decode_output, encode_input, output_json, stored_value
@@ -77,10 +78,12 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
                      {**base, "args": {"workflow": name, "input": stored_input, "subRunId": sub_run_id}},
                      idempotency_key=f"{call_path}:started")
     try:
+        # A sub-run ends no later than its parent: its deadline is capped by the parent's.
         with step_attempt(ctx, call_path, 1):
             result = await ctx.run_child(member, input, world=ctx.world,
                                          run_id=sub_run_id, pipeline=pipeline,
-                                         parent_run_id=ctx.run_id)
+                                         parent_run_id=ctx.run_id,
+                                         deadline_cap=deadline_of(ctx.log))
     except NOT_A_FAILURE:
         # The sub-run did not fail: another process executes it, this process lost it,
         # the storage failed, or this code may not run it. Nothing is recorded; the

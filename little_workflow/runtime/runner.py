@@ -24,6 +24,7 @@ from ..errors import (
     RunCancelledError,
     RunFinishedError,
     RunLockedError,
+    RunQueuedError,
     SchemaValidationError,
     StorageError,
     WorkflowFailedError,
@@ -33,9 +34,19 @@ from ..errors import (
 )
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
+from ..world.protocol import WorldLike
 from .active_index import mark_active
 from .context import RunContext, running
+from .deadlines import (
+    Deadline,
+    deadline_of,
+    deadline_record,
+    request_cancel_if_past,
+    seconds_of,
+)
+from .deadlines import passed as deadline_passed
 from .loops import may_block_loop, run_on_own_loop
+from .queue_layout import queue_fields
 from .state import RunLog, RunResult, RunState, materialize
 from .step_engine import INLINE_OUTPUT_LIMIT
 from .steps import error_record
@@ -107,7 +118,7 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
     """The run input as plain JSON — encoded by the annotation of the workflow's `input`
-    (DESIGN §16) — validated against the workflow's input schema."""
+    (a pydantic model becomes its JSON) — validated against the workflow's input schema."""
     try:
         frozen = encode_input(wf, input, run_id)
     except RecursionError:
@@ -120,7 +131,7 @@ def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
     return value
 
 
-async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
+async def offload(world: WorldLike, fn: Callable[..., T], *args: Any) -> T:
     """Call a World method, in a worker thread where it may block for long — unless the
     run is alone on a loop of ours (a plain `run_workflow`, a worker's run), where a
     thread hop would only add latency (measured: two per run, most of a zero-step run's
@@ -130,33 +141,49 @@ async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-def register_version(world: Any, wf: Workflow[Any, Any]) -> None:
+def register_version(world: WorldLike, wf: Workflow[Any, Any]) -> None:
     path = f"workflow-versions/{wf.version_id}.json"
     if world.file_info(path) is None:
         world.create_document(path, wf.version_record())
 
 
 async def arun_single(
-    wf: Workflow[Any, Any], input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
-    suspend: bool = False, parent_run_id: str | None = None,
+    wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str | None, pipeline: Any = None,
+    suspend: bool = False, parent_run_id: str | None = None, deadline: Deadline | None = None,
+    deadline_cap: float | None = None,
 ) -> RunResult[Any]:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
-    must wait (a sleep, an event) releases its lock and returns `status="waiting"`."""
+    must wait (a sleep, an event) releases its lock and returns `status="waiting"`.
+    A new run takes `deadline` (else the workflow's timeout), no later than
+    `deadline_cap` (epoch seconds: a parent run's deadline)."""
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
+    seconds = seconds_of(deadline, f"the deadline of run {run_id}")
     value = input_json(wf, input, run_id)
     if wf.skills:
         from .bash_steps import check_skill_sources
 
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
-        return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id)
+        return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id,
+                                 (wf.timeout if seconds is None else seconds, deadline_cap))
+
+
+async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str,
+                        admission: Any) -> RunResult[Any]:
+    """Start or resume a queued run that a worker admitted: the caller holds the run's
+    lock and the queue's places (`queue_picking.Admission`), and gives them back after.
+    Suspends at a wait, so the places are not held while the run waits."""
+    value = input_json(wf, input, run_id)
+    return await _run_locked(world, wf, value, run_id, None, True, None, (wf.timeout, None),
+                             admission)
 
 
 async def _run_locked(
-    world: Any, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
-    parent_run_id: str | None = None,
+    world: WorldLike, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
+    parent_run_id: str | None = None, deadline: tuple[float | None, float | None] = (None, None),
+    admission: Any = None,
 ) -> RunResult[Any]:
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -171,11 +198,15 @@ async def _run_locked(
         if log.status == "failed":
             raise WorkflowFailedError(run_id, None, stored_value(world, log.error) or {},
                                       log.traceback)
+        queue = queue_fields(log.created)
+        if queue is not None and admission is None and log.status != "cancelled":
+            raise RunQueuedError(run_id, queue["name"])
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
     try:
-        return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id))
+        return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id,
+                                                    deadline, admission))
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says
@@ -191,19 +222,29 @@ async def _run_locked(
 
 
 async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
-                       parent_run_id: str | None) -> RunResult[Any]:
+                       parent_run_id: str | None,
+                       deadline: tuple[float | None, float | None],
+                       admission: Any = None) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     resuming = log.created is not None
     if not resuming:
         # A sub-run names its parent, so the catalogue can list a pipeline's runs.
-        await create_run(ctx, wf, input, input_hash,
-                         {"parentRunId": parent_run_id} if parent_run_id else None)
+        extra = {"parentRunId": parent_run_id} if parent_run_id else {}
+        seconds, cap = deadline
+        # Counted from now: run.created is the next record (a resume keeps the stored one).
+        extra.update(deadline_record(world.clock.now(), seconds, cap))
+        await create_run(ctx, wf, input, input_hash, extra or None)
+    if deadline_passed(ctx.log, world.clock.now()):  # then it is cancelled here
+        await offload(world, request_cancel_if_past, ctx)
     await cancelled_on_entry(ctx)
     if resuming:
         await offload(world, refuse_other_versions, world, log, wf)
-    ctx.begin_execution(await ctx.append(
-        "run.started", {"start": log.starts + 1, "version": wf.code_version}, durable=False))
-    ctx.watch = RunWatch(ctx).start()
+    started = {"start": log.starts + 1, "version": wf.code_version}
+    if admission is not None:
+        started.update(admission.started_fields())  # the queue, and when it counted
+    ctx.begin_execution(await ctx.append("run.started", started, durable=False))
+    ctx.watch = RunWatch(ctx, deadline=deadline_of(log),
+                         on_deadline=functools.partial(request_cancel_if_past, ctx)).start()
     ctx.body_task = asyncio.current_task()
     try:
         with running(ctx):
@@ -283,7 +324,7 @@ async def create_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_
     await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
 
 
-def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
+def _result(world: WorldLike, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
     output = decode_output(wf, stored_value(world, log.output, log.output_ref), log.run_id)
     created = log.created or {}
     return RunResult(
@@ -292,14 +333,14 @@ def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult
     )
 
 
-def materialize_run_state(world: Any, run_id: str) -> RunState:
+def materialize_run_state(world: WorldLike, run_id: str) -> RunState:
     """Fold a run's events into its state (status, steps, output)."""
     validate_run_id(run_id)
     events = world.list_events(run_id)
     return materialize(RunLog.fold(run_id, events), functools.partial(stored_value, world))
 
 
-async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
+async def areplay_run(world: WorldLike, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     validate_run_id(run_id)
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -331,7 +372,7 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
     return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
 
 
-def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],
+def _replay_failure(world: WorldLike, log: RunLog, wf: Workflow[Any, Any],
                     e: Exception) -> RunResult[Any]:
     """The code raised `e` on replay: that is the run's outcome only where the log says the
     run failed with an error of the same type; anywhere else — a completed run, an
@@ -344,7 +385,7 @@ def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],
         f"{type(e).__name__}: {e}") from e
 
 
-def _logged_end(world: Any, log: RunLog) -> str:
+def _logged_end(world: WorldLike, log: RunLog) -> str:
     if log.status == "failed":
         error = stored_value(world, log.error)
         return "failed with " + (failure_text(log.run_id, error) if isinstance(error, dict)
@@ -353,7 +394,7 @@ def _logged_end(world: Any, log: RunLog) -> str:
         log.status, f"is {log.status} (not finished)")
 
 
-def replay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
+def replay_run(world: WorldLike, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     """Re-execute `wf` against the run's log, calling no step. Raises
     `ReplayDivergenceError` when the code asks for steps the log does not hold, or in
     another order, or ends another way than the log says (raises where the run completed

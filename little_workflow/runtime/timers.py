@@ -49,13 +49,17 @@ async def sleep_until(ctx: Any, path: str, when: float | None, seconds: float | 
     else:
         wake_iso = rec["wakeAt"]
     wake = from_iso(wake_iso)
-    if wake > clock.now():
-        if getattr(ctx, "suspend", False):
-            raise RunSuspended(ctx.run_id, {"kind": "sleep", "stepPath": path, "wakeAt": wake_iso})
+    if wake > clock.now() and getattr(ctx, "suspend", False):
+        raise RunSuspended(ctx.run_id, {"kind": "sleep", "stepPath": path, "wakeAt": wake_iso})
+    watch = ctx.watch
+    while wake > clock.now():
         try:
-            await clock.sleep_until(wake)
+            # Until the run's deadline if it comes first: the run is cancelled there.
+            await clock.sleep_until(wake if watch is None else watch.until(wake))
         except ClockStalledError as e:
             raise ClockStalledError(e.wake_at, e.stalled_seconds, ctx.run_id, path) from None
+        if watch is not None:
+            watch.stop_if_due()
     await ctx.append("timer.fired", {"stepPath": path})
 
 

@@ -9,6 +9,11 @@ within milliseconds); another process's writes are found by reading the log at l
 every `POLL_SECONDS` while the run is blocked and at step boundaries — and whenever one
 of the run's own appends lands past the next sequence (`RunContext._fold_own`).
 
+A run with a deadline (DESIGN §17, deadlines.py) is watched for it too: a step boundary
+past it, a poll past it, and a sleep or wait that wakes at it (they sleep until the
+earlier of their own time and the deadline) ask for the run's cancellation there
+(`on_deadline`) and stop the run as a cancel request does.
+
 Readers outside the run (a `RunHandle` waiting for the result, a stream follower) are
 woken the same way by `announce`, on a separate list (`observe`), so what wakes them
 never costs the run or the workers a read.
@@ -19,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, RunCancelledError
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from .loops import may_block_loop
 from .state import TERMINAL_STATUSES, RunLog
 
@@ -46,19 +52,20 @@ _registry: dict[tuple[int, str | None], set[Any]] = {}
 _registry_guard = threading.Lock()
 
 
-def _key(world: Any, run_id: str | None) -> tuple[int, str | None]:
-    # One StorageState per storage in this process: Worlds over one storage share it.
-    return (id(world.state), run_id)
+def _key(world: WorldLike, run_id: str | None) -> tuple[int, str | None]:
+    # Worlds over one storage in this process share one key: a waiter on one hears the
+    # appends made through another.
+    return (world.storage_key, run_id)
 
 
-def listen(world: Any, run_id: str | None, listener: Any) -> None:
+def listen(world: WorldLike, run_id: str | None, listener: Any) -> None:
     """`listener.notify()` is called (from any thread) when something is appended to
     `run_id` by send_event/cancel_run in this process; `run_id=None` hears every run."""
     with _registry_guard:
         _registry.setdefault(_key(world, run_id), set()).add(listener)
 
 
-def unlisten(world: Any, run_id: str | None, listener: Any) -> None:
+def unlisten(world: WorldLike, run_id: str | None, listener: Any) -> None:
     with _registry_guard:
         listeners = _registry.get(_key(world, run_id))
         if listeners is not None:
@@ -67,7 +74,7 @@ def unlisten(world: Any, run_id: str | None, listener: Any) -> None:
                 del _registry[_key(world, run_id)]
 
 
-def notify_run(world: Any, run_id: str) -> None:
+def notify_run(world: WorldLike, run_id: str) -> None:
     with _registry_guard:
         listeners = list(_registry.get(_key(world, run_id), ())) + list(
             _registry.get(_key(world, None), ()))
@@ -84,7 +91,7 @@ def notify_run(world: Any, run_id: str) -> None:
 _observers: dict[tuple[int, str | None], set[Any]] = {}
 
 
-def observe(world: Any, run_id: str, observer: Any) -> None:
+def observe(world: WorldLike, run_id: str, observer: Any) -> None:
     """`observer.notify()` is called (from any thread) when this process appends to
     `run_id` something a reader outside the run waits for: a stream record, the run's
     end, a signal, a cancel request, a new run."""
@@ -92,7 +99,7 @@ def observe(world: Any, run_id: str, observer: Any) -> None:
         _observers.setdefault(_key(world, run_id), set()).add(observer)
 
 
-def unobserve(world: Any, run_id: str, observer: Any) -> None:
+def unobserve(world: WorldLike, run_id: str, observer: Any) -> None:
     with _registry_guard:
         observers = _observers.get(_key(world, run_id))
         if observers is not None:
@@ -101,7 +108,7 @@ def unobserve(world: Any, run_id: str, observer: Any) -> None:
                 del _observers[_key(world, run_id)]
 
 
-def announce(world: Any, run_id: str) -> None:
+def announce(world: WorldLike, run_id: str) -> None:
     """Wake the observers of `run_id` in this process (cheap when there are none)."""
     if not _observers:
         return
@@ -112,10 +119,15 @@ def announce(world: Any, run_id: str) -> None:
 
 
 class RunWatch:
-    """Keeps a running run's log up to date with what other writers append."""
+    """Keeps a running run's log up to date with what other writers append. With a
+    `deadline` (epoch seconds on the World's clock), `on_deadline()` is called once it is
+    reached (it asks for the run's cancellation), and the run stops as on a cancel."""
 
-    def __init__(self, ctx: Any):
+    def __init__(self, ctx: Any, *, deadline: float | None = None,
+                 on_deadline: Callable[[], Any] | None = None):
         self.ctx = ctx
+        self.deadline = deadline if on_deadline is not None else None
+        self._on_deadline = on_deadline
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.changed = asyncio.Event()
@@ -161,6 +173,7 @@ class RunWatch:
         if self._stopped:
             return
         self.refresh()
+        self.check_deadline()
         stop = self.cancel_requested or self.ctx.superseded is not None
         if stop and not self.cancel_issued and self.task is not None:
             # Interrupts whatever the run awaits: a sleep, a wait, async steps in flight.
@@ -192,12 +205,37 @@ class RunWatch:
             self.refresh()
         if self.ctx.superseded is not None:
             self.ctx.check_fence()  # another execution started after this one: stop here
+        self.check_deadline()
         if self.cancel_requested:
             raise asyncio.CancelledError()
 
+    def deadline_reached(self) -> bool:
+        return self.deadline is not None and self.ctx.world.clock.now() >= self.deadline
+
+    def check_deadline(self) -> None:
+        """Past the deadline with no cancel request yet: ask for one (`on_deadline`)."""
+        if self._on_deadline is not None and not self.cancel_requested \
+                and self.deadline_reached():
+            self._on_deadline()
+
+    def stop_if_due(self) -> None:
+        """After a sleep or wait woke: stop here (CancelledError) when the deadline is
+        reached or a cancel request came."""
+        self.check_deadline()
+        if self.cancel_requested:
+            raise asyncio.CancelledError()
+
+    def until(self, when: float | None) -> float | None:
+        """When a sleep or wait until `when` must wake: then, or at the deadline if sooner."""
+        if self.deadline is None:
+            return when
+        return self.deadline if when is None else min(when, self.deadline)
+
     async def wait_changed(self, until: float | None, clock: Any) -> None:
-        """Block until other writers append something, the clock reaches `until`, or a
-        poll interval passes (then re-read the log: another process may have written)."""
+        """Block until other writers append something, the clock reaches `until` (or the
+        run's deadline), or a poll interval passes (then re-read the log: another process
+        may have written)."""
+        until = self.until(until)
         waiters: list[asyncio.Task[Any]] = [asyncio.ensure_future(self.changed.wait())]
         if until is not None:
             waiters.append(asyncio.ensure_future(clock.sleep_until(until)))
@@ -218,7 +256,7 @@ def requested_reason(log: Any) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
-def request_sub_run_cancels(world: Any, log: Any, reason: str) -> None:
+def request_sub_run_cancels(world: WorldLike, log: Any, reason: str) -> None:
     """Ask every sub-run `log` started and did not see finish to cancel
     (`run.cancel_requested`; whoever executes it next ends it cancelled). Idempotent:
     a sub-run finished or already asked is left alone."""
@@ -280,6 +318,7 @@ async def finish_if_cancelled(ctx: Any) -> None:
     watch = ctx.watch
     if watch is not None:
         watch.refresh()
+        watch.check_deadline()  # past it, an error (a sub-run cancelled for it) is a cancel
     if ctx.log.cancel_requested is None:
         return
     if watch is not None and watch.cancel_issued and watch.task is not None:

@@ -9,13 +9,14 @@ whose lock is held (`RunLockedError`), or that cannot run here for another reaso
 input no longer validates, its storage failed), is tried again after a capped
 exponential backoff (see retry.py), reported once when it becomes blocked and once when
 it runs again. A run this worker's code may not run (pinned to another version, or its log
-diverges from the code: DESIGN §15) is left alone and reported once.
+diverges from the code: changed code never re-runs history) is left alone and reported once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import signal
 import threading
@@ -31,9 +32,14 @@ from ..errors import (
     WorkflowVersionError,
 )
 from ..world.clock import from_iso
+from ..world.protocol import WorldLike
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
+from .deadlines import cancel_if_past, deadline_of
 from .loops import own
+from .queue_layout import queue_fields
+from .queue_picking import Admission, QueuePicker
 from .retry import RetryBackoff
+from .schedules import ScheduleTicker
 from .signals import pick_signal
 from .state import TERMINAL_STATUSES, RunLog
 from .values import stored_value
@@ -57,7 +63,7 @@ class Worker:
     SIGTERM/SIGINT when run in the main thread), `.run_until_idle()` returns when
     nothing is due. Runs of workflows it does not know are left alone."""
 
-    def __init__(self, world: Any, workflows: Iterable[Workflow], concurrency: int = 8,
+    def __init__(self, world: WorldLike, workflows: Iterable[Workflow], concurrency: int = 8,
                  sweep_seconds: float = SWEEP_SECONDS):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -82,6 +88,11 @@ class Worker:
         self._thread_state = threading.local()  # each pool thread's event loop
         self._loops: list[asyncio.AbstractEventLoop] = []
         self.runs_executed = 0
+        # Queued runs (DESIGN §17): started within their queues' limits, a pass at a time,
+        # from the sweep and whenever a thread frees (queue_picking.py).
+        self._queues = QueuePicker(world, self._backoff, self._is_due)
+        self._admit_lock = threading.Lock()
+        self._schedules = ScheduleTicker(world, self.workflows)
 
     # ---- what is due ----------------------------------------------------------------
 
@@ -118,6 +129,7 @@ class Worker:
         those runs' logs — the cost grows with unfinished runs, not with all runs."""
         due = []
         now = self.world.clock.now()
+        self._tick_schedules(now)  # before the listing: a tick's new run is due in this sweep
         listed = active_run_ids(self.world)
         self._forget(set(listed))
         for run_id in listed:
@@ -143,6 +155,8 @@ class Worker:
                 if not self._unindex(run_id):
                     self._finished.add(run_id)
                 continue
+            if self._enforce_deadline(run_id, run_log, now):
+                continue  # cancelled, or its holder was asked to stop
             wf = self.workflows.get(str(run_log.created.get("workflowId")))
             if wf is None:
                 continue
@@ -151,6 +165,21 @@ class Worker:
             if self._is_due(run_log, now):
                 due.append((run_id, wf, run_log))
         return due
+
+    def _tick_schedules(self, now: float) -> None:
+        try:
+            self._schedules.tick(now)
+        except LittleWorkflowError as e:  # the storage failed: the next sweep tries again
+            log.warning("could not read the schedules: %s", e)
+
+    def _enforce_deadline(self, run_id: str, run_log: RunLog, now: float) -> bool:
+        """A run nobody here executes whose deadline passed is cancelled (DESIGN §17),
+        whatever its workflow: cancelling runs none of its code."""
+        try:
+            return cancel_if_past(self.world, run_id, run_log, now)
+        except LittleWorkflowError as e:
+            log.warning("could not cancel run %s past its deadline: %s", run_id, e)
+            return False
 
     def _forget(self, listed: set[str]) -> None:
         """Drop what this worker remembers of runs the index no longer names."""
@@ -188,6 +217,34 @@ class Worker:
 
     # ---- executing --------------------------------------------------------------------
 
+    def _execute_admitted(self, adm: Admission) -> None:
+        """A queued run the picker admitted: executed under its lock and places, which are
+        given back when it ends or suspends at a wait."""
+        from .runner import arun_admitted
+
+        loop = self._loop()
+        try:
+            try:
+                input = stored_value(self.world, (adm.log.created or {}).get("input"))
+                loop.run_until_complete(arun_admitted(adm.workflow, input, world=self.world,
+                                                      run_id=adm.run_id, admission=adm))
+                self.runs_executed += 1
+                self._backoff.ran(adm.run_id)
+            finally:
+                adm.release()
+        except (WorkflowFailedError, RunCancelledError) as e:
+            self._backoff.ran(adm.run_id)
+            log.info("run %s ended: %s", adm.run_id, e)
+        except (WorkflowVersionError, ReplayDivergenceError) as e:
+            self._backoff.refused(adm.run_id, e, adm.log.last_sequence)
+        except LittleWorkflowError as e:
+            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+            self._reread.add(adm.run_id)
+        except Exception as e:
+            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+        finally:
+            _cancel_leftovers(loop)
+
     def _input(self, run_log: RunLog) -> Any:
         return stored_value(self.world, (run_log.created or {}).get("input"))
 
@@ -213,7 +270,8 @@ class Worker:
             self._backoff.ran(run_id)
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
         except (WorkflowVersionError, ReplayDivergenceError) as e:
-            # This code may not run it, now or later: left to other code (DESIGN §15).
+            # This code may not run it, now or later: left to other code (changed code never
+            # re-runs a run's history).
             self._backoff.refused(run_id, e, last_sequence)
         except LittleWorkflowError as e:
             # Not run (its lock is held, its input no longer validates, the storage
@@ -244,12 +302,17 @@ class Worker:
         return started
 
     def sweep(self, *, skip_locked: bool = False) -> int:
-        """Start every due run (up to the pool's capacity queueing the rest); returns how
-        many were started."""
+        """Start every due run (up to the pool's capacity queueing the rest; queued runs
+        within their queues' limits, up to the pool's free threads); returns how many
+        were started."""
         started = 0
+        queued = []
         for run_id, wf, run_log in self.due_runs(skip_locked=skip_locked):
             if self._stop.is_set():
                 break
+            if queue_fields(run_log.created) is not None:
+                queued.append((run_id, wf, run_log))
+                continue
             fut = self._pool.submit(self._execute, run_id, wf, self._input(run_log),
                                     run_log.last_sequence)
             self._in_flight[run_id] = fut
@@ -259,11 +322,47 @@ class Worker:
 
             fut.add_done_callback(finished)
             started += 1
-        return started
+        with self._admit_lock:
+            self._queues.offer(queued)
+        return started + self._admit_queued()
+
+    def _admit_queued(self) -> int:
+        """One pass over the queued runs (queue_picking.py): each admitted run goes to the
+        pool with its lock and its queue's places held."""
+        submitted = []
+        with self._admit_lock:
+            if self._stop.is_set() or not self._queues.has_candidates():
+                return 0
+            try:
+                admitted = self._queues.admit(self.concurrency - len(self._in_flight),
+                                              set(self._in_flight))
+            except LittleWorkflowError as e:
+                log.warning("could not start queued runs now: %s", e)
+                return 0
+            for i, adm in enumerate(admitted):
+                try:
+                    fut = self._pool.submit(self._execute_admitted, adm)
+                except RuntimeError:  # the pool is shut down: give everything back
+                    for left in admitted[i:]:
+                        left.release()
+                    break
+                self._in_flight[adm.run_id] = fut
+                submitted.append((adm.run_id, fut))
+        # Outside the lock: a run that already ended calls back at once, in this thread,
+        # and its callback makes a pass of its own (the lock is not reentrant).
+        for run_id, fut in submitted:
+            fut.add_done_callback(functools.partial(self._future_done, run_id))
+        return len(submitted)
+
+    def _future_done(self, run_id: str, _future: Any) -> None:
+        self._done(run_id)
 
     def _done(self, run_id: str) -> None:
         self._in_flight.pop(run_id, None)
-        self._sweep_if_short()
+        # A thread is free: start the next queued run at once, from the candidates the last
+        # sweep found, without a sweep. Only when that starts nothing is a sweep wanted.
+        if not self._admit_queued():
+            self._sweep_if_short()
 
     def _sweep_if_short(self) -> None:
         # Due runs already handed to the pool start as soon as a thread frees. Sweep again
@@ -285,9 +384,12 @@ class Worker:
             while not self._stop.is_set():
                 self._wake.clear()
                 started = self._paced_sweep(skip_locked=True)
-                if not started and not self._in_flight:
+                waiting = self._queues.pending()  # a queued run waits for a place or the window
+                if not started and not self._in_flight and not waiting:
                     return
-                self._wake.wait()  # a thread idles (see _done), or something was appended
+                # A thread idles (see _done), something was appended, or a queue's place
+                # or window may have freed.
+                self._wake.wait(self._queues.retry_in() if waiting else None)
         finally:
             unlisten(self.world, None, self)
 
@@ -318,9 +420,9 @@ class Worker:
             if left <= 0:
                 return
             waiters, next_due = self._known_waits()
-            retry_in = self._backoff.next_retry_in()
-            if retry_in is not None and (next_due is None or retry_in < next_due):
-                next_due = retry_in
+            for retry_in in (self._backoff.next_retry_in(), self._queues.retry_in()):
+                if retry_in is not None and (next_due is None or retry_in < next_due):
+                    next_due = retry_in
             pause = min(left, WAIT_POLL_SECONDS)
             if next_due is not None and next_due < pause:
                 self._wake.wait(next_due)
@@ -330,13 +432,20 @@ class Worker:
 
     def _known_waits(self) -> tuple[list[str], float | None]:
         """Runs waiting for an event (as of their last read), and seconds until the
-        earliest known wake time or deadline still ahead (None: none known; the sweep
-        handles those already past)."""
+        earliest known wake time, wait deadline or run deadline still ahead (None: none
+        known; the sweep handles those already past)."""
         now = self.world.clock.now()
         waiters: list[str] = []
-        next_due: float | None = None
+        next_tick = self._schedules.next_tick
+        next_due: float | None = None if next_tick is None else max(0.0, next_tick - now)
         for run_id, run_log in list(self._logs.items()):
-            if run_log.status != "waiting" or run_id in self._in_flight:
+            if run_id in self._in_flight or run_log.status in TERMINAL_STATUSES:
+                continue
+            deadline = deadline_of(run_log)
+            if deadline is not None and deadline > now:
+                left = deadline - now
+                next_due = left if next_due is None else min(next_due, left)
+            if run_log.status != "waiting":
                 continue
             for w in run_log.open_waits.values():
                 due = w.get("wakeAt") if w["kind"] == "sleep" else w.get("deadline")

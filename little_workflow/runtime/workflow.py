@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Protocol, T
 
 from ..errors import SchemaValidationError
 from ..world.ids import content_hash, validate_name, workflow_version_id
+from .deadlines import Deadline, seconds_of
 
 if TYPE_CHECKING:
     import jsonschema
@@ -57,7 +58,7 @@ class Workflow(Generic[In, Out]):
 
     For type checkers it is `Workflow[In, Out]`: `async def f(ctx, input: In) -> Out`.
     The run stores its input and output as JSON and gives them back typed by those
-    annotations (DESIGN §16): a workflow returning a pydantic model returns that model."""
+    annotations: a workflow returning a pydantic model returns that model."""
 
     id: str
     fn: Callable[[AnyContext, In], Awaitable[Out]]
@@ -66,6 +67,8 @@ class Workflow(Generic[In, Out]):
     output_schema: dict[str, Any] | None = None
     skills: dict[str, str] = field(default_factory=dict)
     definition_hash: str = ""
+    #: Seconds: the deadline of a run started without `deadline=` (None: no deadline).
+    timeout: float | None = None
     _input_validator: Any = None
     _output_validator: Any = None
 
@@ -122,8 +125,13 @@ def workflow(
     output_schema: dict[str, Any] | None = None,
     version: str | None = None,
     skills: dict[str, str] | None = None,
+    timeout: Deadline | None = None,
 ) -> WorkflowDecorator:
     """Declare an `async def fn(ctx, input)` as a durable workflow.
+
+    `timeout` (a timedelta or seconds): the deadline of a run started without
+    `deadline=`; past it the run is cancelled with its sub-runs (DESIGN §17). It is not
+    part of the version: changing it changes new runs only.
 
     A run is pinned to the version of the code that created it: `version` when given,
     else the definition hash (the source, schemas and skills). Other code may not resume
@@ -134,6 +142,7 @@ def workflow(
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {fn.__qualname__} must be an async function")
         workflow_id = validate_name("workflow id", id or fn.__name__)
+        timeout_seconds = seconds_of(timeout, f"the timeout of workflow {workflow_id!r}")
         # A pathlib.Path source is a host folder: spelled as a file:// URL from here on.
         skill_map = {
             name: (f"file://{os.path.abspath(src)}" if isinstance(src, os.PathLike) else src)
@@ -161,6 +170,7 @@ def workflow(
             output_schema=output_schema,
             skills=skill_map,
             definition_hash=definition_hash,
+            timeout=timeout_seconds,
             _input_validator=_validator(input_schema, f"input of {workflow_id!r}"),
             _output_validator=_validator(output_schema, f"output of {workflow_id!r}"),
         )

@@ -5,12 +5,13 @@ files and documents (files.py), locks — for the runtime, ops and tools to call
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..errors import LittleWorkflowError, WorldBusyError
+from ..errors import LittleWorkflowError, WorldBusyError, WorldPathError
 from . import run_deletion
 from .append import AFTER_END_ALLOWED, PendingEvent, RunLogs
 from .artifacts import ArtifactStore
@@ -31,10 +32,12 @@ from .payloads import (
     spilled_ref,
 )
 from .publish import Publisher
+from .queue_slots import Slot, take_slot
 from .shared_state import StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
 
 if TYPE_CHECKING:
+    from .protocol import WorldLike
     from .views import ChangeJournal
 
 # What this module held before its rooms were split off, for code that imports it here.
@@ -55,6 +58,7 @@ __all__ = [
 
 #: How long `World.close()` waits, by default, for runs in flight to give their locks back.
 CLOSE_WAIT_SECONDS = 10.0
+SLOT_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
 class World(WorldFiles):
@@ -75,6 +79,7 @@ class World(WorldFiles):
         host_sources_allowed: bool,
         clock: Clock | None = None,
         read_only: bool = False,
+        slot_locks: CrossProcessLocks | None = None,
     ):
         if max_concurrent_steps is not None and max_concurrent_steps < 1:
             raise ValueError("max_concurrent_steps must be a positive integer or None")
@@ -98,6 +103,9 @@ class World(WorldFiles):
         #: Opened for reading only (local_world(..., read_only=True)): every write refused.
         self.read_only = read_only
         self._cross_process_locks = cross_process_locks
+        # Queue slots (queue_slots.py): the run locks' backend unless the World names one
+        # (local_world's run locks check pids; its slots are kernel locks).
+        self._slot_locks = slot_locks if slot_locks is not None else cross_process_locks
         # Run ids (and outer-loop fences) whose lock a caller holds through this World,
         # counted: close() waits for them instead of dropping their locks.
         self._in_flight: dict[str, int] = {}
@@ -138,6 +146,12 @@ class World(WorldFiles):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    @property
+    def storage_key(self) -> int:
+        """The same for every World over one storage in this process (they share one
+        storage state), different for different storages."""
+        return id(self.state)
 
     @property
     def blocking(self) -> bool:
@@ -195,6 +209,10 @@ class World(WorldFiles):
 
     def list_runs(self) -> list[str]:
         return sorted(self.events.run_ids())
+
+    def log_size(self, run_id: str) -> int:
+        """Bytes of a run's stored events (what deleting its log frees)."""
+        return sum(len(data) for _, data in self.events.read_after(run_id, 0))
 
     def delete_run(self, run_id: str) -> int:
         """Delete a run — events, artifacts, `runs/<runId>/` — under its lock; the bytes
@@ -267,6 +285,14 @@ class World(WorldFiles):
                 self.state, name, outer_loop_id, self._cross_process_locks) as t:
             yield t
 
+    def take_slot(self, name: str, label: str) -> Slot | None:
+        """Hold the named slot (a place within a queue's limit) if nobody does, in any
+        process or host: a `Slot` to `release()`, or None. Kernel locks on the local
+        disk, fenced leases on object stores, this process elsewhere (queue_slots.py)."""
+        if not SLOT_NAME_RE.fullmatch(name):
+            raise WorldPathError(f"invalid slot name {name!r}: [A-Za-z0-9_-]{{1,100}}")
+        return take_slot(self.state, self._slot_locks, name, label)
+
     @contextlib.contextmanager
     def _holding(self, label: str) -> Iterator[None]:
         """Count `label` in flight until its lock is released (see close())."""
@@ -293,12 +319,8 @@ class World(WorldFiles):
     ) -> Any:
         """A memory store: `world.memory("org")`, `world.memory("workflow", workflow_id)`,
         `world.memory("pipeline", pipeline_key)`. Writable from here (pre-populating)."""
-        from .memory_store import MemoryStore
-
-        key = key or workflow_id or pipeline_key
-        if scope != "org" and key is None:
-            raise ValueError(f"memory scope {scope!r} needs a key (workflow id or pipeline key)")
-        return MemoryStore(self, scope, key)
+        return memory_store_of(self, scope, key, workflow_id=workflow_id,
+                               pipeline_key=pipeline_key)
 
     # ---- files, folders and documents: WorldFiles (files.py) -----------------------------
 
@@ -306,8 +328,33 @@ class World(WorldFiles):
                   journal: ChangeJournal | None = None) -> Any:
         """A folder of this World as an fsspec filesystem whose every operation is a call
         of this World's file methods (scratch folders, memory stores, bash mounts)."""
-        # fsspec (under the views) loads with the first view, not with every World user.
-        from .views import ReadOnlyFileSystem, WorldFileSystem
+        return file_view_of(self, relative_root, read_only=read_only, journal=journal)
 
-        view = WorldFileSystem(self, relative_root, journal=journal)
-        return ReadOnlyFileSystem(view, label=relative_root) if read_only else view
+
+def memory_store_of(world: WorldLike, scope: str, key: str | None = None, *,
+                    workflow_id: str | None = None, pipeline_key: str | None = None) -> Any:
+    """`World.memory` over any World: the store makes its reads and writes through
+    `world` (a tracing World's store is traced too)."""
+    from .memory_store import MemoryStore
+
+    key = key or workflow_id or pipeline_key
+    if scope != "org" and key is None:
+        raise ValueError(f"memory scope {scope!r} needs a key (workflow id or pipeline key)")
+    return MemoryStore(world, scope, key)
+
+
+def file_view_of(world: WorldLike, relative_root: str, *, read_only: bool = False,
+                 journal: ChangeJournal | None = None) -> Any:
+    """`World.file_view` over any World: every operation of the view is a call of
+    `world`'s file methods."""
+    # fsspec (under the views) loads with the first view, not with every World user.
+    from .views import ReadOnlyFileSystem, WorldFileSystem
+
+    view = WorldFileSystem(world, relative_root, journal=journal)
+    return ReadOnlyFileSystem(view, label=relative_root) if read_only else view
+
+
+if TYPE_CHECKING:
+    # The type checker holds World to its door: a World is a WorldLike.
+    def _door(world: World) -> WorldLike:
+        return world

@@ -8,11 +8,32 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator, Protocol
 
-from ..errors import DocumentCorruptError, WorldPathError
+from ..errors import DocumentCorruptError, StorageError, WorldPathError
 from .publish import Publisher, is_temp_name
 from .storage_errors import storage_error
+
+#: How many times `update_document` reads again after losing a race to another writer.
+UPDATE_ATTEMPTS = 200
+
+class FilesLike(Protocol):
+    """Files, folders and documents by path relative to a World's root: what works on a
+    World's files alone (run deletion, tombstones) asks for no more."""
+
+    def path(self, *parts: str) -> str: ...
+    def read_file(self, relative_path: str) -> bytes | None: ...
+    def write_file(self, relative_path: str, data: bytes, *, durable: bool = True) -> None: ...
+    def create_file(self, relative_path: str, data: bytes) -> bool: ...
+    def remove_file(self, relative_path: str, *, durable: bool = True) -> bool: ...
+    def remove_dir(self, relative_path: str) -> None: ...
+    def list_dir(self, relative_path: str = "") -> list[str]: ...
+    def file_info(self, relative_path: str) -> dict[str, Any] | None: ...
+    def ensure_dir(self, relative_path: str) -> None: ...
+    def read_document(self, relative_path: str) -> Any | None: ...
+    def write_document(self, relative_path: str, doc: Any) -> None: ...
+    def create_document(self, relative_path: str, doc: Any) -> bool: ...
 
 
 class WorldFiles:
@@ -95,6 +116,41 @@ class WorldFiles:
     def create_document(self, relative_path: str, doc: Any) -> bool:
         """Publish a JSON document once; False when it already exists."""
         return self.create_file(relative_path, _document_bytes(doc))
+
+    def update_document(self, relative_path: str, change: Callable[[Any], Any], *,
+                        durable: bool = True) -> Any:
+        """Read-modify-write a small JSON document with no lost update: `change(doc)`
+        (None when there is none) returns the new document; it is written only if the
+        document is still the one read (compare-and-swap: the store's conditional write
+        on object stores, a kernel lock of the folder on the local disk, a lock of the
+        process elsewhere), else `change` is called again on what is there now. A
+        `change` that returns its argument unchanged writes nothing. Returns the document
+        as written (or as found)."""
+        path = self._file_path(relative_path)
+        for attempt in range(UPDATE_ATTEMPTS):
+            with _storage(path):
+                found = self.publisher.read_versioned(path)
+            doc = None
+            if found is not None:
+                try:
+                    doc = json.loads(found[0])
+                except ValueError as e:
+                    raise DocumentCorruptError(path, str(e)) from None
+            new = change(doc)
+            if new == doc:
+                return doc
+            with _storage(path):
+                if self.publisher.replace_if(path, _document_bytes(new),
+                                             found[1] if found is not None else None,
+                                             durable=durable):
+                    return new
+            # Another writer got there first: read again (a little later when it keeps
+            # happening, so contenders spread out).
+            if attempt >= 3:
+                time.sleep(min(0.05, 0.001 * 2 ** (attempt - 3)))
+        raise StorageError(path, f"could not update the document after {UPDATE_ATTEMPTS} "
+                           "attempts: other writers changed it every time",
+                           "try again; if it persists, something rewrites it in a loop")
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from ..errors import CatalogueNotBuiltError, StoragePermissionError, StorageRead
 from .clock import Clock
 from .core import World
 from .event_stores import SqliteEventStore
+from .kernel_locks import KernelLocks
 from .locks import DirectoryLocks, ReadOnlyLocks
 from .posix import REAL_POSIX
 from .publish import LocalPublisher, ReadOnlyPublisher
@@ -84,6 +85,8 @@ def local_world(
             max_concurrent_steps=max_concurrent_steps,
             host_sources_allowed=True,
             clock=clock,
+            # Queue slots: held by the kernel, dropped when the holder dies (no pid check).
+            slot_locks=KernelLocks(os.path.join(root, "locks")),
         )
         world.catalogue.ensure_built()
         return world
@@ -119,6 +122,7 @@ def _open_read_only(root: str, max_concurrent_steps: int | None, clock: Clock | 
             host_sources_allowed=True,
             clock=clock,
             read_only=True,
+            slot_locks=ReadOnlyLocks(os.path.join(root, "locks")),
         )
     except BaseException:
         state.closed()

@@ -141,7 +141,46 @@ class Publisher(ABC):
         kind = "directory" if found.get("type") == "directory" else "file"
         return {"type": kind, "size": int(found.get("size") or 0) if kind == "file" else 0}
 
+    # ---- versioned documents: compare-and-swap -----------------------------------------
+    #: True where `replace_if` holds against other processes (and hosts, on an object
+    #: store); False: exact among the threads of this process only.
+    versioned_across_processes: bool = False
+
+    def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        """The bytes at `path` and a version tag `replace_if` accepts, or None."""
+        data = self.read(path)
+        return None if data is None else (data, content_version(data))
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        """Make `path` hold `data` only if it still holds the version `read_versioned`
+        gave (`version=None`: only if nothing is there); False, and nothing changed,
+        when another writer got there first. Default: read, compare and write under a
+        lock of the filesystem object — exact within this process only."""
+        with object_lock(self.fs, "versioned_documents"):
+            return self.replace_if_unchanged(path, data, version, durable=durable)
+
+    def replace_if_unchanged(self, path: str, data: bytes, version: str | None, *,
+                             durable: bool = True) -> bool:
+        """The compare and the write of `replace_if`, for a caller that holds whatever
+        keeps other writers out."""
+        current = self.read_versioned(path)
+        if (current[1] if current is not None else None) != version:
+            return False
+        if version is None:
+            return self.publish_if_absent(path, data, durable=durable)
+        self.replace(path, data, durable=durable)
+        return True
+
     fs: Any
+
+
+def content_version(data: bytes) -> str:
+    """A version tag that changes with the content (documents whose content never
+    returns to an earlier value: counters, lists that only grow, ids never reused)."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 class LocalPublisher(Publisher):
@@ -331,9 +370,41 @@ class LocalPublisher(Publisher):
             return []
         return sorted(n for n in names if not is_temp_name(n))
 
+    @property
+    def versioned_across_processes(self) -> bool:  # type: ignore[override]
+        return self.posix is REAL_POSIX
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        """Compare and write while holding a kernel lock (`flock`) on the document's
+        folder: every process and thread asking opens the folder itself, so they exclude
+        each other, and a holder that dies drops it. (Under a model of the disk — the
+        power-cut layer of the tests — the in-process lock of the base class.)"""
+        if self.posix is not REAL_POSIX:
+            return super().replace_if(path, data, version, durable=durable)
+        import fcntl
+
+        directory = os.path.dirname(path)
+        if directory not in self._known_dirs:
+            self.posix.makedirs(directory)
+            self._known_dirs.add(directory)
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:  # removed since we made it (another process)
+            self.posix.makedirs(directory)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return self.replace_if_unchanged(path, data, version, durable=durable)
+        finally:
+            os.close(fd)  # the unlock
+
 
 def fsync_dir(directory: str) -> None:
     REAL_POSIX.fsync_dir(directory)
+
+
+_MEMORY_DOCUMENTS = threading.Lock()
 
 
 class MemoryPublisher(Publisher):
@@ -390,6 +461,14 @@ class MemoryPublisher(Publisher):
             if key.startswith(prefix):
                 names.add(key[len(prefix):].split("/", 1)[0])
         return sorted(n for n in names if n and not is_temp_name(n))
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        # Every MemoryFileSystem instance of the global store shares it (fsspec caches
+        # one per thread), so the lock cannot be one instance's: one for all, held for a
+        # dict read and a dict write.
+        with _MEMORY_DOCUMENTS:
+            return self.replace_if_unchanged(path, data, version, durable=durable)
 
     def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:
         """One pass over the store (a dict: every listing here costs O(files) anyway)."""
@@ -464,6 +543,22 @@ class DelegatingPublisher(Publisher):
         locks = getattr(self.fs, "cross_process_locks", None)
         return locks(root) if callable(locks) else None
 
+    def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        if callable(getattr(self.fs, "read_versioned", None)):
+            found = self.fs.read_versioned(path)
+            return None if found is None else (bytes(found[0]), str(found[1]))
+        return super().read_versioned(path)
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        if callable(getattr(self.fs, "replace_if", None)):
+            return bool(self.fs.replace_if(path, data, version, durable=durable))
+        return super().replace_if(path, data, version, durable=durable)
+
+    @property
+    def versioned_across_processes(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.fs, "versioned_across_processes", False))
+
 
 class PrefixedPublisher(Publisher):
     """fsspec DirFileSystem: the inner filesystem's publisher on joined paths."""
@@ -521,6 +616,17 @@ class PrefixedPublisher(Publisher):
     def info(self, path: str) -> dict[str, Any] | None:
         return self.inner.info(self._join(path))
 
+    def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        return self.inner.read_versioned(self._join(path))
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        return self.inner.replace_if(self._join(path), data, version, durable=durable)
+
+    @property
+    def versioned_across_processes(self) -> bool:  # type: ignore[override]
+        return self.inner.versioned_across_processes
+
 
 class ReadOnlyPublisher(Publisher):
     """Another publisher's reads; every write refused with a StorageError naming the
@@ -565,6 +671,13 @@ class ReadOnlyPublisher(Publisher):
 
     def info(self, path: str) -> dict[str, Any] | None:
         return self.inner.info(path)
+
+    def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        return self.inner.read_versioned(path)
+
+    def replace_if(self, path: str, data: bytes, version: str | None, *,
+                   durable: bool = True) -> bool:
+        raise read_only_error(path)
 
 
 # Publishers for other filesystems plug in by protocol: `register_publisher(...)` at

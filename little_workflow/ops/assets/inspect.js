@@ -123,6 +123,8 @@
       ["duration", runDuration(d)],
       ["events", String(d.events.length)], ["steps", String(d.steps.length)],
     ];
+    if (d.queue) rows.push(["queue", el("span", { "data-queue": d.queue.name }, d.queue.name +
+      (d.queue.key != null ? " · key " + d.queue.key : "") + " · priority " + d.queue.priority)]);
     if (d.starts.length > 1) rows.push(["starts", d.starts.length + " (resumed " + (d.starts.length - 1) + "×)"]);
     if (d.waitingFor) rows.push(["waiting for", el("span", { class: "waiting", "data-waiting-for": "" }, d.waitingFor)]);
     if (d.forkedFrom) rows.push(["forked from", el("span", {},
@@ -519,7 +521,12 @@
       el("td", {}, el("a", { href: runHref(r.runId) }, r.runId)), el("td", {}, badge(r.status)),
       el("td", {}, r.workflowId || "–"), el("td", {}, fmtTime(r.startedAt)),
       el("td", {}, runDuration(r)), el("td", {}, String(r.steps)),
-      el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
+      r.thread
+        // A LangGraph thread is no run: it holds checkpoints, and never waits.
+        ? el("td", { class: "thread", "data-thread-id": r.thread.threadId }, "thread " + r.thread.threadId + ": " +
+            r.thread.checkpoints + (r.thread.checkpoints === 1 ? " checkpoint" : " checkpoints") +
+            (r.thread.lastNode ? ", last node " + r.thread.lastNode : ""))
+        : el("td", { class: "waiting" }, r.waitingFor || (r.error ? "error: " + r.error : "")))));
     const approvals = CONFIG.actions && (d.approvals || []).length ? el("div", { class: "actions", "data-actions": "" },
       approvalsList(d.approvals, true), field("reason", { placeholder: "reason for a denial (optional)" }),
       el("span", { "data-action-result": "" }),

@@ -1,0 +1,365 @@
+"""How a worker starts queued runs within their queues' limits (DESIGN §17).
+
+One pass (`QueuePicker.admit`) takes each queue's runs that this worker can execute in
+(priority, enqueue order) and, for each, until the worker's pool is full:
+
+1. a place of the queue (`concurrency`): a World slot (`World.take_slot`: a kernel lock
+   on local disk, a fenced lease on object stores), taken **before** a run is chosen, so
+   only a holder of a place chooses, and it chooses the best run not already being
+   started: none free, and nothing later on this queue starts in this pass;
+2. the run's lock: held elsewhere (another worker starts or executes it) → the next run;
+3. the run read again under its lock: finished, or started and not due → the next run;
+   a debounced run the key's debounce document no longer names is cancelled
+   ("debounced");
+4. a place of its key (`per_key_concurrency`): none free → the key waits, other keys go on;
+5. a first start (no `run.started` yet) takes its place in the rate window
+   (`starts.json`, compare-and-swap): full → nothing more of this queue starts until the
+   window frees. A resume is not a start: it needs places, not the window;
+6. handed to the pool with all of it held: the run executes under its lock and places
+   (fenced: an executor whose lease of a place lapsed stops at its next record), given
+   back when it ends or waits.
+
+A run not yet due by its `notBefore` (debounce) is skipped, like a timer not yet due.
+`pending()` tells `run_until_idle` that a run waits for a place or the rate window
+(work, not idleness); a run another process executes is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import Any, Callable
+
+from ..errors import LittleWorkflowError, QueueNotFoundError, RunLockedError
+from ..world.clock import to_iso
+from .queue_layout import key_slot_name, not_before, queue_dir, queue_fields, slot_name
+from .queues import RATE_MINUTES, UNBORN_CLAIM_SECONDS, debounce_holder, read_queue
+from .state import TERMINAL_STATUSES, RunLog
+
+log = logging.getLogger("little_workflow.worker")
+
+#: How often a worker tries again for a place another process holds (seconds).
+SLOT_RETRY_SECONDS = 0.25
+
+
+@dataclasses.dataclass
+class Candidate:
+    run_id: str
+    workflow: Any
+    fields: dict[str, Any]
+    resume: bool = False  # started before: the rate window does not hold it back
+
+    @property
+    def rank(self) -> tuple[int, int, str]:
+        return (int(self.fields.get("priority") or 0), int(self.fields.get("order") or 0),
+                self.run_id)
+
+
+@dataclasses.dataclass
+class Admission:
+    """A queued run chosen to execute now, with its lock and places held."""
+
+    run_id: str
+    workflow: Any
+    log: RunLog
+    queue: str
+    counted: bool  # a first start, counted in the rate window
+    admitted_at: float
+    lock: contextlib.ExitStack
+    slots: list[Any]
+
+    def started_fields(self) -> dict[str, Any]:
+        """What `run.started` records of this admission (the rate window's time)."""
+        return {"admission": {"queue": self.queue, "at": to_iso(self.admitted_at),
+                              "counted": self.counted}}
+
+    def release(self) -> None:
+        """Give the places back, then the run's lock (from any thread; once)."""
+        slots, self.slots = self.slots, []
+        try:
+            for slot in reversed(slots):
+                slot.release()
+        finally:
+            self.lock.close()
+
+
+class QueuePicker:
+    """The queued runs a worker may start, and the passes that start them."""
+
+    def __init__(self, world: Any, backoff: Any, is_due: Callable[[RunLog, float], bool]):
+        self.world = world
+        self.backoff = backoff
+        self.is_due = is_due
+        self._candidates: list[Candidate] = []
+        self._pending = False  # a run waits for a place or the rate window
+        self._retry_at: float | None = None  # world-clock time a window frees
+        self._slot_wait = False
+        self._next_slot: dict[str, int] = {}  # queue -> where the next try starts
+        self._missing: set[str] = set()  # queues reported missing
+
+    # ---- what there is --------------------------------------------------------------
+
+    def offer(self, runs: list[tuple[str, Any, RunLog]]) -> None:
+        """Replace the candidates with the queued due runs a sweep found."""
+        cands = []
+        for run_id, wf, run_log in runs:
+            fields = queue_fields(run_log.created)
+            if fields is not None:
+                cands.append(Candidate(run_id, wf, fields, run_log.starts > 0))
+        cands.sort(key=lambda c: c.rank)
+        self._candidates = cands
+
+    def has_candidates(self) -> bool:
+        return bool(self._candidates)
+
+    def pending(self) -> bool:
+        """A candidate waits for a place or the rate window (not for a run elsewhere)."""
+        return self._pending and bool(self._candidates)
+
+    def retry_in(self) -> float | None:
+        """Seconds until a pass could start something it could not (None: only when woken)."""
+        if not self.pending():
+            return None
+        waits = [SLOT_RETRY_SECONDS] if self._slot_wait else []
+        if self._retry_at is not None:
+            waits.append(max(0.0, self._retry_at - self.world.clock.now()))
+        return min(waits) if waits else None
+
+    # ---- one pass -------------------------------------------------------------------
+
+    def admit(self, capacity: int, busy: set[str]) -> list[Admission]:
+        """Choose and hold up to `capacity` runs (none of `busy`, the runs in flight)."""
+        self._pending, self._retry_at, self._slot_wait = False, None, False
+        admitted: list[Admission] = []
+        if capacity <= 0 or not self._candidates:
+            self._pending = bool(self._candidates)
+            self._slot_wait = self._pending
+            return admitted
+        now = self.world.clock.now()
+        by_queue: dict[str, list[Candidate]] = {}
+        for c in self._candidates:
+            if c.run_id not in busy:
+                by_queue.setdefault(c.fields["name"], []).append(c)
+        done: set[str] = set()
+        for name, cands in sorted(by_queue.items(), key=lambda kv: kv[1][0].rank):
+            if len(admitted) >= capacity:
+                self._pending = True
+                break
+            try:
+                queue = read_queue(self.world, name)
+            except QueueNotFoundError:
+                if name not in self._missing:
+                    log.warning("queue %r is not declared: its %d runs wait (declare it, or "
+                                "cancel them)", name, len(cands))
+                    self._missing.add(name)
+                continue
+            self._missing.discard(name)
+            admitted += self._admit_from(queue, cands, capacity - len(admitted), now, done)
+        if done:
+            self._candidates = [c for c in self._candidates if c.run_id not in done]
+        return admitted
+
+    def _admit_from(self, queue: dict[str, Any], cands: list[Candidate], capacity: int,
+                    now: float, done: set[str]) -> list[Admission]:
+        name = queue["name"]
+        admitted: list[Admission] = []
+        full_keys: set[str | None] = set()
+        place = None
+        frees_at = window_frees_at(self.world, queue, now)
+        if frees_at is not None:
+            # The window is full (read, not written): only resumes may go; first starts
+            # are not tried (no run lock, no log read) until it frees.
+            self._pending = True
+            self._retry_at = frees_at if self._retry_at is None else min(self._retry_at, frees_at)
+            cands = [c for c in cands if c.resume]
+        for cand in cands:
+            if len(admitted) >= capacity:
+                self._pending = True
+                break
+            start = not_before(cand.fields)
+            if start is not None and start > now:
+                continue  # not due yet (debounce): like a timer, not pending work
+            key = cand.fields.get("key")
+            if key in full_keys:
+                continue
+            if place is None:
+                place = self._take_place(name, queue.get("concurrency"), slot_name)
+                if place is False:
+                    self._pending = self._slot_wait = True
+                    break  # the queue is full: nothing later on it starts in this pass
+            try:
+                outcome = self._try(queue, cand, key, place, now)
+            except LittleWorkflowError as e:
+                # The storage failed for this run (or its documents): tried again later.
+                self.backoff.failed(cand.run_id, e, -1)
+                outcome = "gone"
+            if isinstance(outcome, Admission):
+                admitted.append(outcome)
+                done.add(cand.run_id)
+                place = None
+            elif outcome in ("gone", "elsewhere"):
+                done.add(cand.run_id)  # a later sweep offers it again if it is due
+            elif outcome == "key full":
+                full_keys.add(key)
+                self._pending = self._slot_wait = True
+            elif outcome == "rate":
+                self._pending = True
+                break
+        if place is not None and not isinstance(place, bool):  # a slot taken, not used
+            place.release()
+        return admitted
+
+    def _take_place(self, queue: str, limit: int | None, naming: Any, *extra: Any) -> Any:
+        """A free place among `limit` (a `Slot`), True where there is no limit, or False."""
+        if limit is None:
+            return True
+        key = naming(queue, *extra, 0)
+        first = self._next_slot.get(key, 0) % limit
+        for i in range(limit):
+            index = (first + i) % limit
+            slot = self.world.take_slot(naming(queue, *extra, index), f"queue {queue}")
+            if slot is not None:
+                self._next_slot[key] = index + 1
+                return slot
+        return False
+
+    def _try(self, queue: dict[str, Any], cand: Candidate, key: str | None, place: Any,
+             now: float) -> Admission | str:
+        """Hold the run's lock and what it needs; an `Admission`, or why not."""
+        name = queue["name"]
+        lock = contextlib.ExitStack()
+        held: list[Any] = []
+        try:
+            try:
+                lock.enter_context(self.world.run_lock(cand.run_id))
+            except RunLockedError as e:
+                # Another worker starts or executes it: not ours to wait for.
+                self.backoff.failed(cand.run_id, e, -1)
+                return "elsewhere"
+            run_log = RunLog.fold(cand.run_id, self.world.list_events(cand.run_id))
+            if run_log.status in TERMINAL_STATUSES or queue_fields(run_log.created) is None:
+                lock.close()
+                return "gone"
+            if run_log.starts and not self.is_due(run_log, now):
+                lock.close()
+                return "gone"  # started elsewhere since: its waits decide when it is due
+            if cand.fields.get("debounce") is not None and run_log.starts == 0:
+                verdict = self._debounce_verdict(cand, now)
+                if verdict != "admit":
+                    lock.close()
+                    if verdict == "superseded":
+                        _cancel_later(self.world, cand.run_id)
+                        return "gone"
+                    return "wait"
+            if queue.get("perKeyConcurrency") is not None:
+                key_place = self._take_place(name, queue["perKeyConcurrency"], key_slot_name, key)
+                if key_place is False:
+                    lock.close()
+                    return "key full"
+                held.append(key_place)
+            counted = run_log.starts == 0
+            at, frees_at = record_start(self.world, queue, now, counted)
+            if at is None:
+                for slot in held:
+                    slot.release()
+                lock.close()
+                if frees_at is not None:
+                    self._retry_at = (frees_at if self._retry_at is None
+                                      else min(self._retry_at, frees_at))
+                return "rate"
+            slots = ([place] if place is not True else []) + held
+            for slot in slots:
+                slot.fence(cand.run_id)
+            return Admission(cand.run_id, cand.workflow, run_log, name, counted, at, lock, slots)
+        except BaseException:
+            for slot in held:
+                slot.release()
+            lock.close()
+            raise
+
+    def _debounce_verdict(self, cand: Candidate, now: float) -> str:
+        """"admit" when the key's debounce document names this run; "superseded" when it
+        names another run that exists; "wait" while that other run may still be being
+        written (its enqueuer between the document and `run.created`)."""
+        doc = debounce_holder(self.world, cand.fields)
+        if doc is None or doc.get("runId") == cand.run_id:
+            return "admit"
+        other = str(doc.get("runId"))
+        if self.world.list_events(other):
+            return "superseded"
+        at = doc.get("at")
+        if isinstance(at, (int, float)) and now - at >= UNBORN_CLAIM_SECONDS:
+            return "admit"  # its enqueuer died before writing it: this run is the latest
+        return "wait"
+
+    def forget(self, run_id: str) -> None:
+        self._candidates = [c for c in self._candidates if c.run_id != run_id]
+
+
+def _cancel_later(world: Any, run_id: str) -> None:
+    from .control import cancel_run
+
+    try:
+        cancel_run(world, run_id, "debounced")
+    except LittleWorkflowError as e:
+        log.info("could not cancel superseded debounced run %s: %s", run_id, e)
+
+
+def window_frees_at(world: Any, queue: dict[str, Any], now: float) -> float | None:
+    """When a queue's full rate window frees (epoch seconds), or None when it has room or
+    no rate limit: one read of `starts.json`, for a pass to skip first starts cheaply.
+    `record_start` decides, under compare-and-swap."""
+    rate = queue.get("rateLimit")
+    if rate is None:
+        return None
+    limit, period = int(rate["limit"]), float(rate["period"])
+    doc = world.read_document(f"{queue_dir(queue['name'])}/starts.json")
+    found = doc.get("times") if isinstance(doc, dict) else None
+    times = sorted(t for t in found or [] if isinstance(t, (int, float)))
+    recent = [t for t in times if t > now - period]
+    return recent[-limit] + period if len(recent) >= limit else None
+
+
+def record_start(world: Any, queue: dict[str, Any], now: float,
+                 counted: bool) -> tuple[float | None, float | None]:
+    """Note a start in the queue's `starts.json`: (its time as counted, None), or (None,
+    when the window frees) when the rate window is full. Only first starts (`counted`)
+    are noted; a resume just passes. With a rate limit the last `limit` start times are
+    kept and the write is durable (a window a power cut forgot would let too many
+    through); the per-minute counts (`little queues`' rate) are kept for every queue."""
+    if not counted:
+        return now, None
+    rate = queue.get("rateLimit")
+    result: list[tuple[float | None, float | None]] = []
+
+    def change(found: Any) -> Any:
+        result.clear()
+        doc = dict(found) if isinstance(found, dict) else {}
+        at = now
+        if rate is not None:
+            limit, period = int(rate["limit"]), float(rate["period"])
+            times = sorted(t for t in doc.get("times") or [] if isinstance(t, (int, float)))
+            recent = [t for t in times if t > now - period]
+            if len(recent) >= limit:
+                # Full until the limit-th latest start leaves the window.
+                result.append((None, recent[-limit] + period))
+                return found
+            # Never earlier than the last start: another host's clock may be behind.
+            at = max([now] + recent[-1:])
+            doc["times"] = (recent + [at])[-limit:]
+        result.append((at, None))
+        minute = int(at // 60)
+        minutes = {m: c for m, c in (doc.get("minutes") or {}).items()
+                   if m.lstrip("-").isdigit() and int(m) > minute - RATE_MINUTES}
+        minutes[str(minute)] = int(minutes.get(str(minute), 0)) + 1
+        doc["minutes"] = minutes
+        doc["total"] = int(doc.get("total", 0)) + 1
+        return doc
+
+    world.update_document(f"{queue_dir(queue['name'])}/starts.json", change,
+                          durable=rate is not None)
+    return result[0] if result else (now, None)
+
+
+__all__ = ["Admission", "QueuePicker", "record_start"]
