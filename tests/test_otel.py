@@ -34,6 +34,10 @@ import otel_flows  # noqa: E402
 EXPORTER = InMemorySpanExporter()
 READER = InMemoryMetricReader()
 
+# One worker runs this file, in one stretch, under xdist (`--dist loadgroup`): the global
+# providers below are set once per process, and READER can join only one MeterProvider.
+pytestmark = pytest.mark.xdist_group("otel")
+
 
 def unset_global_providers() -> None:
     """What OpenTelemetry's own test utilities do between tests (the API sets each global
