@@ -82,3 +82,71 @@ def test_a_queued_run_that_never_got_a_place_is_cancelled_at_its_deadline(memory
         assert lw.list_queues(world)[0].depth == 0
     finally:
         held.release()
+
+
+# ---- a schedule through its queue --------------------------------------------------------
+
+MINUTE = 60.0
+T_TICK = T0 + MINUTE  # T0 is on a minute: the first minutely tick strictly after it
+
+
+def sched_run_ids(world, name: str) -> list[str]:
+    return sorted(r for r in world.list_runs() if r.startswith(f"run_sched_{name}_"))
+
+
+def test_a_schedule_naming_an_undeclared_queue_is_refused_before_anything_is_written(memory_world):
+    with pytest.raises(lw.QueueNotFoundError, match="'nowhere'"):
+        lw.add_schedule(memory_world, "s", quick, cron="* * * * *", input={"n": 1}, queue="nowhere")
+    assert lw.list_schedules(memory_world) == []
+
+
+def test_a_tick_is_enqueued_on_the_schedules_queue_and_waits_for_a_place(memory_world):
+    import threading
+
+    clock = FakeClock(start=T0, stall_seconds=None)
+    world = lw.virtual_world(memory_world.files, "/sq", clock=clock)
+    lw.declare_queue(world, "nightly-q", concurrency=1)
+    lw.add_schedule(world, "every", quick, cron="* * * * *", input={"n": 5}, queue="nightly-q")
+    held = world.take_slot(slot_name("nightly-q", 0), "another worker")
+    clock.set(T_TICK)
+    worker = lw.Worker(world, workflows=[quick])
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (worker.run_until_idle(), done.set()))
+    t.start()
+    try:
+        assert not done.wait(0.6)  # the tick's run waits for the queue's only place
+        [run_id] = sched_run_ids(world, "every")
+        handle = lw.get_run(world, run_id)
+        assert handle.status() == "created"
+        created = world.list_events(run_id)[0].payload
+        assert created["queue"]["name"] == "nightly-q"
+        assert dict(created["schedule"]) == {"name": "every", "tick": iso(T_TICK)}
+        assert lw.list_queues(world)[0].depth == 1
+        held.release()
+        assert done.wait(10)
+        assert handle.result(timeout=10) == {"n": 5}
+    finally:
+        worker.stop()
+        t.join()
+        worker.close()
+    started = [e for e in world.list_events(run_id) if e.type == "run.started"]
+    assert len(started) == 1 and started[0].payload["admission"]["queue"] == "nightly-q"
+
+
+def test_two_workers_ticking_the_same_tick_through_a_queue_make_one_run(memory_world):
+    clock = FakeClock(start=T0, stall_seconds=None)
+    world = lw.virtual_world(memory_world.files, "/sq2", clock=clock)
+    lw.declare_queue(world, "q")
+    lw.add_schedule(world, "twice", quick, cron="* * * * *", input={"n": 2}, queue="q")
+    clock.set(T_TICK)
+    from little_workflow.runtime.schedules import ScheduleTicker, ticks_path
+
+    first = ScheduleTicker(world, {quick.id: quick}).tick(clock.now())
+    # A second worker that read the tick document before the first one wrote it.
+    world.remove_file(ticks_path("twice"))
+    second = ScheduleTicker(world, {quick.id: quick}).tick(clock.now())
+    assert first == second == [f"run_sched_twice_{datetime.fromtimestamp(T_TICK, timezone.utc):%Y%m%d%H%M}"]
+    assert [e.type for e in world.list_events(first[0])].count("run.created") == 1
+    assert lw.list_queues(world)[0].depth == 1
+    drain(world, [quick])
+    assert lw.get_run(world, first[0]).result(timeout=10) == {"n": 2}

@@ -351,11 +351,25 @@ def enqueue(
     return RunHandle(world, run_id, wf)
 
 
+def enqueue_tick(world: Any, wf: Workflow[Any, Any], value: Any, *, queue: str, run_id: str,
+                 extra: dict[str, Any]) -> None:
+    """A schedule's tick through its queue (schedules.py): the run `run_id` (the tick's
+    deterministic id) put on `queue` with `value` (already validated), default key and
+    priority — or nothing, when another worker that found the same tick due created it."""
+    read_queue(world, queue)
+    if _run_state(world, run_id).created is not None:
+        return  # most workers that find the tick handled late stop here, taking no number
+    fields: dict[str, Any] = {"name": queue, "key": None, "priority": 0,
+                              "order": next_order(world, queue)}
+    create_queued_run(world, wf, value, run_id, fields, wf.timeout, extra=extra, exists_ok=True)
+
+
 def create_queued_run(world: Any, wf: Workflow[Any, Any], value: Any, run_id: str,
-                      fields: dict[str, Any], deadline_seconds: float | None = None) -> None:
-    """Write the queued run (as `start_workflow` writes a run, with `queue` and its
-    deadline, `deadline_seconds` from now, in its `run.created`) and wake this process's
-    workers."""
+                      fields: dict[str, Any], deadline_seconds: float | None = None, *,
+                      extra: dict[str, Any] | None = None, exists_ok: bool = False) -> None:
+    """Write the queued run (as `start_workflow` writes a run, with `queue`, its deadline
+    `deadline_seconds` from now, and `extra` in its `run.created`) and wake this process's
+    workers. A run of that id existing already is an error unless `exists_ok`."""
     from .context import RunContext
     from .runner import create_run_sync
     from .waiting import notify_run
@@ -363,12 +377,15 @@ def create_queued_run(world: Any, wf: Workflow[Any, Any], value: Any, run_id: st
     with world.run_lock(run_id):
         log = _run_state(world, run_id)
         if log.created is not None:
+            if exists_ok:
+                return
             raise RunFinishedError(run_id, log.status, "run.created") if log.status in TERMINAL_STATUSES \
                 else ValueError(f"run {run_id} exists already: enqueue makes a new run "
                                 "(run_id=None gives a fresh id)")
         ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=value, log=log)
         create_run_sync(ctx, wf, value, content_hash(value), {
-            "queue": fields, **deadline_record(world.clock.now(), deadline_seconds)})
+            **(extra or {}), "queue": fields,
+            **deadline_record(world.clock.now(), deadline_seconds)})
     notify_run(world, run_id)
 
 
