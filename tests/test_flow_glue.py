@@ -150,3 +150,34 @@ def test_two_workers_ticking_the_same_tick_through_a_queue_make_one_run(memory_w
     assert lw.list_queues(world)[0].depth == 1
     drain(world, [quick])
     assert lw.get_run(world, first[0]).result(timeout=10) == {"n": 2}
+
+
+def test_little_schedules_add_names_a_queue_declared_first(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def little(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (os.environ.get("PYTHONPATH"), os.path.dirname(here), here) if p)}
+        return subprocess.run([sys.executable, "-m", "little_workflow.cli", "--data-dir", data,
+                               "schedules", "add", "schedule_worker:tick", "nightly",
+                               "--cron", "0 3 * * *", "--input", '{"n": 1}', *args],
+                              cwd=str(tmp_path), capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    data = str(tmp_path / "lw")
+    r = little("--queue", "nope")
+    assert r.returncode == 1 and r.stderr.startswith("error: queue 'nope' is not declared")
+    assert "Traceback" not in r.stderr
+    world = lw.local_world(data)
+    try:
+        assert lw.list_schedules(world) == []
+        lw.declare_queue(world, "nightly-q", concurrency=1)
+        r = little("--queue", "nightly-q")
+        assert r.returncode == 0, r.stderr
+        assert [s.queue for s in lw.list_schedules(world)] == ["nightly-q"]
+    finally:
+        world.close()
