@@ -181,3 +181,69 @@ def test_little_schedules_add_names_a_queue_declared_first(tmp_path):
         assert [s.queue for s in lw.list_schedules(world)] == ["nightly-q"]
     finally:
         world.close()
+
+
+def test_three_worker_processes_make_one_queued_run_per_tick(tmp_path):
+    """Three worker PROCESSES sweep one World with a schedule on a queue of one place; the
+    test moves the shared clock one minute at a time. Each tick is one run, created once on
+    the queue, executed once."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    from schedule_worker import FileClock, tick
+
+    ticks = 10
+    data, clock_file, stop_file = (str(tmp_path / n) for n in ("lw", "clock", "stop"))
+
+    def set_clock(t: float) -> None:
+        with open(clock_file + ".tmp", "w") as f:
+            f.write(repr(t))
+        os.replace(clock_file + ".tmp", clock_file)
+
+    def run_id_at(t: float) -> str:
+        return f"run_sched_race_{datetime.fromtimestamp(t, timezone.utc):%Y%m%d%H%M}"
+
+    set_clock(T0)
+    world = lw.local_world(data, clock=FileClock(clock_file))
+    lw.declare_queue(world, "race-q", concurrency=1)
+    lw.add_schedule(world, "race", tick, cron="* * * * *", input={"n": 3}, catch_up="all",
+                    queue="race-q")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH"), os.path.dirname(here)) if p)}
+    procs = [subprocess.Popen([sys.executable, os.path.join(here, "schedule_worker.py"),
+                               data, clock_file, stop_file], env=env) for _ in range(3)]
+    try:
+        for i in range(1, ticks + 1):
+            set_clock(T0 + i * MINUTE)
+            run_id = run_id_at(T0 + i * MINUTE)
+            end = time.monotonic() + 60
+            while not (world.list_events(run_id) and
+                       lw.materialize_run_state(world, run_id).status == "completed"):
+                assert time.monotonic() < end, f"tick {i} never ran"
+                assert all(p.poll() is None for p in procs), "a worker died"
+                time.sleep(0.01)
+    finally:
+        open(stop_file, "w").close()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs)
+    runs = sched_run_ids(world, "race")
+    assert runs == [run_id_at(T0 + i * MINUTE) for i in range(1, ticks + 1)]
+    orders = []
+    for run_id in runs:
+        events = world.list_events(run_id)
+        types = [e.type for e in events]
+        assert types.count("run.created") == 1 and types.count("run.started") == 1, (run_id, types)
+        assert types.count("step.succeeded") == 1 and types[-1] == "run.completed"
+        assert events[0].payload["queue"]["name"] == "race-q"
+        orders.append(events[0].payload["queue"]["order"])
+    assert len(set(orders)) == ticks  # each run took its own place in the queue's order
+    world.close()
