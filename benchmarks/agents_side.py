@@ -195,7 +195,7 @@ def checkpointer_per_superstep_us(kind: str, k: int) -> float:
 
         saver = WorldCheckpointSaver(make_world(kind))
     app = graph.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "bench"}, "recursion_limit": k + 10}
+    config: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": k + 10}
     t = time.perf_counter()
     out = app.invoke({"n": 0}, config, durability="sync")
     dt = time.perf_counter() - t

@@ -3,11 +3,15 @@ Blob against Azurite, both on 127.0.0.1 (local emulators: a real store adds a ne
 round trip to each request): requests and latency per step and per run, the requests of
 one worker sweep, and what a held run lock costs (its lease renewals).
 
-    python benchmarks/object_store_cost.py [STEPS] [--store s3|azure|both]
+    python benchmarks/object_store_cost.py [STEPS] [--store=s3|azure|both] [--json=OUT]
+
+`--json=OUT` also writes the figures to OUT as JSON (`{"s3": {...}, "azure": {...}}`),
+as `benchmarks/run.py` reads them for P13.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -21,6 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from s3_server import MotoS3, RequestCounter  # noqa: E402
 
 import little_workflow as lw  # noqa: E402
+from benchmarks.common import noop  # noqa: E402
 
 STEPS = 50
 #: A run lock is held this many leases of this many seconds to count its renewals (a
@@ -32,7 +37,7 @@ HELD_LEASES, HELD_LEASE_SECONDS = 4, 1.5
 async def steps(ctx: lw.RunContext, input: dict) -> int:
     total = 0
     for i in range(input["steps"]):
-        total += await ctx.step(f"s{i}", lambda i=i: i)
+        total += await ctx.step(f"s{i}", noop, i)
     return total
 
 
@@ -96,8 +101,9 @@ def measure_azure(n: int) -> dict:
 
 
 def main() -> dict:
-    args = [a for a in sys.argv[1:] if not a.startswith("--store")]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     store = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--store=")), "both")
+    json_out = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--json=")), None)
     n = int(args[0]) if args else STEPS
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     results = {}
@@ -113,6 +119,9 @@ def main() -> dict:
         print(f"  requests of the {n}-step run by method: {r['by_method']}")
         print(f"  one worker sweep with nothing to do: {r['sweep_requests_idle']} requests")
         print(f"  a held run lock: {r['renewals_per_lease']:.1f} renewal requests per lease")
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(results, f)
     return results
 
 

@@ -42,6 +42,9 @@ from benchmarks.wake import (  # noqa: E402
 )
 
 REPS = int(os.environ.get("LW_BENCH_REPS", "3"))
+#: Every row, in the order RESULTS.md lists them.
+ROWS = ("P1", "P2", "P3", "P4", "P5", "P6", "P9", "P10", "P7", "P8", "Q", "P11", "P12",
+        "P13", "M1", "M2")
 #: LW_BENCH_ONLY=P7,P8 runs only those rows (and leaves RESULTS.md alone).
 ONLY = {x.strip().upper() for x in os.environ.get("LW_BENCH_ONLY", "").split(",") if x.strip()}
 P7_REPS = max(REPS, 7)  # the wake-ups are short: more samples
@@ -163,7 +166,11 @@ def plain_file_round_trip(size: int = 64 * 2**20) -> float:
 
 
 def wanted(row: str) -> bool:
-    return not ONLY or row in ONLY
+    if ONLY and row not in ONLY:
+        return False
+    # How long each row takes, so that the cost of the whole run stays known.
+    print(f"[{time.time() - STARTED:.0f} s] {row}", flush=True)
+    return True
 
 
 def dbos_json(*args: Any) -> dict:
@@ -180,9 +187,14 @@ def _time(fn: Any) -> float:
 
 
 LOAD_AT_START = os.getloadavg()[0]
+STARTED = time.time()
 
 
 def main() -> None:
+    unknown = ONLY - set(ROWS)
+    if unknown:
+        sys.exit(f"LW_BENCH_ONLY: no row {', '.join(sorted(unknown))}; the rows are "
+                 f"{', '.join(ROWS)}")
     started = time.time()
     rows: list[tuple[str, str, str, str]] = []
 
@@ -272,10 +284,10 @@ def main() -> None:
                 f"{median(par):.0f} vs {median(ser):.0f} steps/s", median(par) / median(ser), goal)
         print("Parallel groups of steps that wait 1 ms on I/O (1,000 steps, max_concurrency 8 vs 1)")
         for kind in ("memory", "local_world"):
-            par = median([parallel_rate(kind, 8, io_seconds=0.001) for _ in range(REPS)])
-            ser = median([parallel_rate(kind, 1, io_seconds=0.001) for _ in range(REPS)])
+            io_par = median([parallel_rate(kind, 8, io_seconds=0.001) for _ in range(REPS)])
+            io_ser = median([parallel_rate(kind, 1, io_seconds=0.001) for _ in range(REPS)])
             row(f"P6 {kind}, 1 ms I/O steps (steps/s at max_concurrency 8 / at 1)",
-                f"{par:.0f} vs {ser:.0f} steps/s", par / ser, "—")
+                f"{io_par:.0f} vs {io_ser:.0f} steps/s", io_par / io_ser, "—")
 
     if wanted("P9"):
         p9(row)
@@ -292,6 +304,12 @@ def main() -> None:
         p11(row)
     if wanted("P12"):
         p12(row)
+    if wanted("P13"):
+        p13(row)
+    if wanted("M1"):
+        m1(row)
+    if wanted("M2"):
+        m2(row)
 
     if ONLY:
         print(f"LW_BENCH_ONLY={','.join(sorted(ONLY))}: RESULTS.md left as it was")
@@ -394,10 +412,39 @@ def p10(row: Any) -> None:
     us = {kind: median(xs) for kind, xs in got.items()}
     row("P10 WorldCheckpointSaver on local_world / SqliteSaver (file, synchronous=FULL)",
         f"{us['local_world']:.0f} µs vs {us['SqliteSaver']:.0f} µs",
-        us["local_world"] / us["SqliteSaver"], "—")
+        us["local_world"] / us["SqliteSaver"], "≤ 1×")
     row("P10 WorldCheckpointSaver on memory / InMemorySaver",
         f"{us['memory']:.0f} µs vs {us['InMemorySaver']:.0f} µs",
-        us["memory"] / us["InMemorySaver"], "—")
+        us["memory"] / us["InMemorySaver"], "≤ 1×")
+
+    p10_storage(row)
+
+
+def p10_storage(row: Any) -> None:
+    """LangGraph checkpoint storage against SqliteSaver (benchmarks/langgraph_storage.py)."""
+    from benchmarks.langgraph_storage import build_long_thread, chat_bytes, cold_get_tuple_ms
+
+    turns, steps = P10_CHAT_TURNS, P10_LONG_THREAD
+    print(f"P10 bytes on disk after {turns} chat turns; cold get_tuple of a {steps:,}-checkpoint "
+          "thread (fresh process each)")
+    sides = ("local_world", "local-file", "SqliteSaver")
+    size = {kind: chat_bytes(kind, turns) for kind in sides}
+    threads = {kind: build_long_thread(kind, steps) for kind in sides}
+    cold: dict[str, list[float]] = {kind: [] for kind in sides}
+    for _ in range(max(REPS, 7)):  # one fresh process per sample, sides interleaved
+        for kind in sides:
+            cold[kind].append(cold_get_tuple_ms(kind, threads[kind]))
+    for path in threads.values():
+        shutil.rmtree(path, ignore_errors=True)
+    peer_bytes, peer_ms = size["SqliteSaver"], median(cold["SqliteSaver"])
+    for kind in sides[:2]:
+        row(f"P10 bytes on disk after {turns} turns of a growing chat thread: "
+            f"WorldCheckpointSaver on {kind} / SqliteSaver",
+            f"{size[kind] / 1e6:.2f} MB vs {peer_bytes / 1e6:.2f} MB", size[kind] / peer_bytes,
+            "≤ 0.1×")
+        ms = median(cold[kind])
+        row(f"P10 cold get_tuple of a {steps:,}-checkpoint thread's head: WorldCheckpointSaver "
+            f"on {kind} / SqliteSaver", f"{ms:.2f} ms vs {peer_ms:.2f} ms", ms / peer_ms, "≤ 1×")
 
 
 def p7(row: Any) -> None:
@@ -504,6 +551,64 @@ def p11(row: Any) -> None:
                     f"{ms:.1f} ms", growth, goal)
 
 
+#: Turns of the chat thread whose stored bytes P10 compares (issue 29: 200).
+P10_CHAT_TURNS = 200
+P10_LONG_THREAD = 1000
+P13_STEPS = 50
+#: Steps of the M1 / M2 runs (BENCHMARKS.md: 20,000; LW_BENCH_M_STEPS for a quick check).
+M_STEPS = int(os.environ.get("LW_BENCH_M_STEPS", "20000"))
+
+
+def p13(row: Any) -> None:
+    """Storage requests of an S3 World (object_store_cost.py, moto on 127.0.0.1)."""
+    print(f"P13 S3 World against moto on 127.0.0.1: requests per step ({P13_STEPS}-step run) "
+          "and per run")
+    out = tempfile.mktemp(suffix=".json")
+    sub("object_store_cost.py", P13_STEPS, "--store=s3", f"--json={out}")
+    with open(out) as f:
+        s3 = json.load(f)["s3"]
+    by_method = ", ".join(f"{m} {c}" for m, c in sorted(s3["by_method"].items()))
+    row(f"P13 S3 World: requests per durable step ({P13_STEPS}-step run, run overhead "
+        "subtracted)", f"{s3['requests_per_step']:.1f} requests, {s3['ms_per_step']:.1f} ms "
+        f"per step (the whole {P13_STEPS}-step run by method: {by_method})", None, "—")
+    row("P13 S3 World: requests per run (start, lock, index, end: a 0-step run)",
+        f"{s3['run_overhead_requests']} requests, {s3['run_overhead_ms']:.0f} ms", None, "—")
+    row("P13 S3 World: one worker sweep with nothing to do",
+        f"{s3['sweep_requests_idle']} requests", None, "—")
+    row("P13 S3 World: a held run lock's renewals",
+        f"{s3['renewals_per_lease']:.1f} requests per lease", None, "—")
+
+
+def memory_json(which: str, steps: int) -> dict:
+    out = tempfile.mktemp(suffix=".json")
+    sub("memory_cost.py", which, steps, out)
+    with open(out) as f:
+        return json.load(f)
+
+
+def m1(row: Any) -> None:
+    print(f"M1 memory virtual_world: bytes still allocated after a {M_STEPS:,}-step run "
+          "(tracemalloc, fresh process)")
+    got = memory_json("m1", M_STEPS)
+    row(f"M1 memory virtual_world, {M_STEPS:,} steps: Python bytes still allocated after the "
+        "run / bytes of its events as canonical JSON",
+        f"{got['retained_bytes'] / 1e6:.1f} MB for {got['events_json_bytes'] / 1e6:.1f} MB of "
+        f"JSON ({got['events']:,} events)", got["retained_bytes"] / got["events_json_bytes"],
+        "≤ 1.5×")
+
+
+def m2(row: Any) -> None:
+    small = M_STEPS // 10
+    print(f"M2 local_world: peak Python allocation during a {M_STEPS:,}-step run and a "
+          f"{small:,}-step one (tracemalloc, fresh process each)")
+    big, little = memory_json("m2", M_STEPS), memory_json("m2", small)
+    row(f"M2 local_world: peak Python allocation during a run, {M_STEPS:,} steps / {small:,} "
+        "steps", f"{big['peak_bytes'] / 1e6:.1f} MB vs {little['peak_bytes'] / 1e6:.1f} MB "
+        f"peak ({big['retained_bytes'] / 1e6:.1f} MB still allocated after the "
+        f"{M_STEPS:,}-step run)", big["peak_bytes"] / little["peak_bytes"],
+        "≤ 10 MB, flat in the number of steps (≈ 1×)")
+
+
 def p12(row: Any) -> None:
     from benchmarks.catalogue_bench import p12 as measure_p12
 
@@ -563,6 +668,36 @@ SETTINGS = [
     "own stamp after its third step — a little before DBOS commits the workflow's status, "
     "in DBOS's favour. Twice: polling 1.0 s (default) and 0.05 s; the ratio is against the "
     "faster.",
+    "- **P9**: one Pydantic AI agent run of 10 model requests that each call one function "
+    "tool, then an answer (`FunctionModel`, no network). Every side in a fresh process of "
+    "its own, warmed by one untimed agent run, then timed runs interleaved side by side, "
+    "each from the outside (the awaited call that starts the run until it returns). "
+    "*Added* = a side's median run minus the median run of the same agent without "
+    "durability. `LittleWorkflowDurability` in a workflow on memory and local_world (every "
+    "tool a durable step; `-inline`: tools marked not durable, as DBOS runs plain function "
+    "tools); pydantic-ai's `DBOSDurability` in a `@DBOS.workflow` on SQLite WAL + "
+    "synchronous=FULL and as shipped. Per actual durable step: each engine's own count of "
+    "the steps it recorded.",
+    "- **P10**: one LangGraph node looping 200 times, `durability=\"sync\"` (each "
+    "checkpoint stored before the next super-step), sides interleaved. Bytes "
+    "(`benchmarks/langgraph_storage.py`): one chat thread, 200 `invoke`s each adding a "
+    "question and the node's answer to a message list (`operator.add`), every file of "
+    "each side's directory once the side is closed (SqliteSaver: its database and "
+    "journals). Cold `get_tuple`: the head of a 1,000-checkpoint thread, first call in a "
+    "fresh process after the World (or connection) and saver are opened, untimed; median "
+    "of 7 processes per side, interleaved.",
+    "- **P11, P12**: `benchmarks/catalogue_bench.py` (N finished runs written through the "
+    "World's own append path; P12: whole processes, median of 5).",
+    "- **P13**: `benchmarks/object_store_cost.py --store=s3`: a `virtual_world` on S3 served "
+    "by moto on 127.0.0.1, its requests counted at the client; a real store adds a network "
+    "round trip to each request, so the request counts carry over and the times do not. "
+    "Per step: (requests of a 50-step run − requests of a 0-step run) / 50, after one "
+    "warm-up run.",
+    "- **M1, M2**: tracemalloc in a fresh process, started after one untimed 1-step run on "
+    "the same World (imports and first-use caches not counted); still allocated = after a "
+    "full `gc.collect()`, the World kept alive; canonical JSON = "
+    "`json.dumps(envelope, sort_keys=True, separators=(',', ':'))` of each of the run's "
+    "events, the World's own encoding. One measurement each: allocation is not timing.",
 ]
 
 
@@ -578,7 +713,8 @@ def write_results(rows: list[tuple[str, str, str, str]], started: float) -> None
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"SQLite {__import__('sqlite3').sqlite_version}; DBOS {version('dbos')}, "
         f"LangGraph {version('langgraph')}, langgraph-checkpoint-sqlite "
-        f"{version('langgraph-checkpoint-sqlite')}. Medians of {REPS} repetitions ({P7_REPS} for "
+        f"{version('langgraph-checkpoint-sqlite')}, pydantic-ai {version('pydantic-ai-slim')}, "
+        f"moto {version('moto')}. Medians of {REPS} repetitions ({P7_REPS} for "
         f"P7), every ratio "
         f"measured side by side in the same run ({time.time() - started:.0f} s in all; "
         f"`uptime` load average {LOAD_AT_START:.1f} at the start and "

@@ -10,7 +10,7 @@
 4. `check()` fails past start of the last renewal that landed + lease − lease/3 (this host's
    elapsed clock): a holder that cannot renew stops before the store can expire it.
 5. Release marks it free (`If-Match`), never deletes it, so generations only rise.
-6. The check is an optimisation, the log is the fence (DESIGN §13).
+6. The check is an optimisation, the log is the fence (its incarnations refuse a stale writer).
 A store supplies `LeaseStore`: create if absent, replace if unchanged, look.
 """
 

@@ -202,3 +202,30 @@ def test_only_ext_imports_an_agent_framework():
             problems += [f"{module} imports {n}" for n in names
                          if any(n == f or n.startswith(f + ".") for f in AGENT_FRAMEWORKS)]
     assert problems == [], problems
+
+
+# The World's rooms behind its door (world/protocol.py): the append protocol, the shared
+# storage state, the file catalogue, the publishers, the World's file base and the
+# facade's own module. Code outside world/ holds a WorldLike and calls its methods; it
+# never builds on these rooms (tests/test_typed_door.py checks the calls). Run deletion
+# is not among them: it works on any World's files (FilesLike), so gc calls it.
+BEHIND_THE_DOOR = ("append", "shared_state", "file_catalogue", "catalogue.files",
+                   "catalogue.sqlite", "catalogue.tracker", "publish", "files", "core")
+
+
+def test_code_outside_the_world_never_imports_the_rooms_behind_its_door():
+    inside = {f"little_workflow.world.{room}" for room in BEHIND_THE_DOOR}
+    problems = [f"{m} imports {d}" for m, deps in graph().items()
+                if m.startswith(("little_workflow.runtime", "little_workflow.ops",
+                                 "little_workflow.cli", "little_workflow.ext"))
+                for d in deps if d in inside]
+    assert problems == [], "\n".join(sorted(problems))
+
+
+def test_the_words_and_the_door_stand_on_their_own():
+    """The vocabulary imports nothing of ours; the door never imports what implements it
+    (core.py, tracing.py), so every room can name the door without a cycle."""
+    g = graph()
+    assert g["little_workflow.world.vocabulary"] == set()
+    assert not g["little_workflow.world.protocol"] & {"little_workflow.world.core",
+                                                      "little_workflow.world.tracing"}

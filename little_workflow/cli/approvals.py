@@ -4,13 +4,13 @@ one (`lw.pending_approvals`, `lw.approve_tool_call`)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
 import little_workflow as lw
 
 from ..ops.cli_support import format_started, plain_table
+from ..world.protocol import WorldLike
 from .formatting import dump_json
 from .options import UserError, world_options
 
@@ -19,7 +19,7 @@ from .options import UserError, world_options
 @click.option("--run-id", default=None, metavar="ID", help="only the calls run ID waits for")
 @click.option("--json", "as_json", is_flag=True, help="print the calls as JSON (one object per call)")
 @world_options(read_only=True)
-def approvals(run_id: str | None, as_json: bool, world: Any) -> None:
+def approvals(run_id: str | None, as_json: bool, world: WorldLike) -> None:
     """List the tool calls runs wait for a person to approve: run, workflow, tool, call id,
     arguments, asked at (UTC). Answer one with `little approve RUN CALL_ID [--deny]`."""
     pending = lw.pending_approvals(world, run_id=run_id)
@@ -51,7 +51,7 @@ def approvals(run_id: str | None, as_json: bool, world: Any) -> None:
 @click.option("--deny", is_flag=True, help="deny the call instead of approving it")
 @click.option("--reason", default=None, help="with --deny: why, passed to the agent as the tool's result")
 @world_options
-def approve(run_id: str, call_id: str, deny: bool, reason: str | None, world: Any) -> None:
+def approve(run_id: str, call_id: str, deny: bool, reason: str | None, world: WorldLike) -> None:
     """Approve (or --deny) tool call CALL_ID that run RUN_ID waits for: sends the event its
     wait takes; the run goes on when it is resumed (a worker, or `little run ... --run-id`)."""
     if reason is not None and not deny:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
 import little_workflow as lw
 
 from ..errors import fork_point_list
+from ..world.protocol import WorldLike
 from .options import UserError, world_options
 
 
@@ -20,7 +20,7 @@ from .options import UserError, world_options
 @click.option("--idempotency-key", default=None,
               help="the same key with the same payload again is a no-op (another payload: an error)")
 @world_options
-def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None, world: Any) -> None:
+def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None, world: WorldLike) -> None:
     """Send the event NAME to run RUN_ID (ctx.wait_for_event takes it)."""
     try:
         payload = json.loads(payload_json)
@@ -34,7 +34,7 @@ def send(run_id: str, name: str, payload_json: str, idempotency_key: str | None,
 @click.argument("run_id")
 @click.option("--reason", default=None, help="why, recorded in run.cancelled (shown by little events and the UI)")
 @world_options
-def cancel(run_id: str, reason: str | None, world: Any) -> None:
+def cancel(run_id: str, reason: str | None, world: WorldLike) -> None:
     """Cancel a run (a running one stops at its next step, sleep or wait)."""
     lw.cancel_run(world, run_id, reason=reason)
     status = lw.materialize_run_state(world, run_id).status
@@ -51,7 +51,7 @@ def cancel(run_id: str, reason: str | None, world: Any) -> None:
               help="the first step to run again (default: the first failed step)")
 @click.option("--run-id", "new_run_id", default=None, help="the fork's run id")
 @world_options
-def fork(run_id: str, from_step: str | None, new_run_id: str | None, world: Any) -> None:
+def fork(run_id: str, from_step: str | None, new_run_id: str | None, world: WorldLike) -> None:
     """Fork a run: a new run keeping the history before a step (run it with a worker)."""
     try:
         click.echo(lw.fork_run(world, run_id, from_step=from_step, new_run_id=new_run_id))

@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
+from ..world.protocol import WorldLike
 
-def stored_value(world: Any, value: Any, ref: str | None = None) -> Any:
+
+def stored_value(world: WorldLike, value: Any, ref: str | None = None) -> Any:
     # The runtime (asyncio, pydantic) loads with the first value shown, not with every
     # `little` command.
     from ..runtime.values import stored_value as read_back

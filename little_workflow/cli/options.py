@@ -16,6 +16,7 @@ from ..ops.cli_support import (
     is_storage_client_error,
     open_world,
 )
+from ..world.protocol import WorldLike
 
 
 class UserError(click.ClickException):
@@ -82,7 +83,7 @@ def world_from_environment() -> tuple[str | None, str | None]:
     return data_dir, world_url
 
 
-def require_run(world: Any, run_id: str) -> list[Any]:
+def require_run(world: WorldLike, run_id: str) -> list[Any]:
     events = world.list_events(run_id)
     if not events:
         raise UserError(f"no run {run_id} in {world.data_dir}")

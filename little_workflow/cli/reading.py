@@ -13,6 +13,7 @@ import little_workflow as lw
 
 from ..errors import failure_text
 from ..ops.cli_support import error_text
+from ..world.protocol import WorldLike
 from .formatting import dump_json, rich_console, stored_value
 from .options import UserError, require_run, world_options
 
@@ -30,7 +31,7 @@ def stream_label(event_type: str, payload: dict[str, Any]) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="print the events as JSON, as stored")
 @click.option("--follow", "-f", is_flag=True, help="print events as they are appended, until the run ends")
 @world_options(read_only=True)
-def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
+def events(run_id: str, as_json: bool, follow: bool, world: WorldLike) -> None:
     """Show a run's event log."""
     evs = require_run(world, run_id)
     if follow:
@@ -65,7 +66,7 @@ def events(run_id: str, as_json: bool, follow: bool, world: Any) -> None:
 @click.argument("run_id")
 @click.option("--html", "html_file", required=True, metavar="FILE", help="the page to write")
 @world_options(read_only=True)
-def inspect_run(run_id: str, html_file: str, world: Any) -> None:
+def inspect_run(run_id: str, html_file: str, world: WorldLike) -> None:
     """Write one self-contained HTML page for a run: header, timeline, event table."""
     from ..ops.inspect import render_run_html
 
@@ -79,7 +80,7 @@ def inspect_run(run_id: str, html_file: str, world: Any) -> None:
 @click.argument("targets", nargs=-1, metavar="[MODULE[:WORKFLOW]]...")
 @click.option("--port", default=8765, show_default=True, help="port on 127.0.0.1 (0: any free one)")
 @world_options
-def ui(targets: tuple[str, ...], port: int, world: Any) -> None:
+def ui(targets: tuple[str, ...], port: int, world: WorldLike) -> None:
     """Serve the runs list and live run pages on http://127.0.0.1:PORT until Ctrl-C.
 
     The pages can cancel, send events, approve or deny tool calls, fork and resume runs:
@@ -97,7 +98,7 @@ def ui(targets: tuple[str, ...], port: int, world: Any) -> None:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="print the materialized state as JSON")
 @world_options(read_only=True)
-def replay(run_id: str, as_json: bool, world: Any) -> None:
+def replay(run_id: str, as_json: bool, world: WorldLike) -> None:
     """Fold a run's events into its state (status, steps, output)."""
     require_run(world, run_id)
     state = lw.materialize_run_state(world, run_id)
@@ -126,7 +127,7 @@ def replay(run_id: str, as_json: bool, world: Any) -> None:
               help="print this artifact's content (its name, step/name, the step's path "
                    "when it has one artifact, or its artifact:// ref)")
 @world_options(read_only=True)
-def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
+def artifacts(run_id: str, as_json: bool, show: str | None, world: WorldLike) -> None:
     """List a run's artifacts, or print one's content (--show)."""
     lw.world.ids.validate_run_id(run_id)
     manifests = world.list_artifacts(run_id)
@@ -146,7 +147,7 @@ def artifacts(run_id: str, as_json: bool, show: str | None, world: Any) -> None:
     rich_console().print(table)
 
 
-def _show_artifact(world: Any, run_id: str, manifests: list[Any], wanted: str) -> None:
+def _show_artifact(world: WorldLike, run_id: str, manifests: list[Any], wanted: str) -> None:
     found = [m for m in manifests if wanted in (m.artifact_ref, m.artifact_id, m.name,
                                                f"{m.step_path}/{m.name}")]
     if not found:  # a step's path: its one artifact (a large output is `<step>/output`)

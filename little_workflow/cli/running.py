@@ -13,6 +13,7 @@ import little_workflow as lw
 
 from ..ops.cli_support import StepProgress, load_workflow, load_workflows
 from ..world.ids import new_run_id
+from ..world.protocol import WorldLike
 from .formatting import dump_json, rich_console, stored_value
 from .options import UserError, world_options
 
@@ -41,7 +42,7 @@ def output_json(wf: Any, value: Any) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @world_options
 def run(target: str, input_json: str | None, run_id: str | None, as_json: bool,
-        world: Any) -> None:
+        world: WorldLike) -> None:
     """Start (or resume) a run of MODULE:WORKFLOW (or path/to/file.py:WORKFLOW)."""
     wf = load_workflow(target)
     run_id = run_id or new_run_id()
@@ -104,7 +105,7 @@ def run(target: str, input_json: str | None, run_id: str | None, as_json: bool,
     if before == "completed":
         click.echo(f"run {run_id} had already completed: this is its stored result "
                    "(nothing ran)", err=True)
-    # The output is what the workflow's return annotation types (DESIGN §16): shown as JSON.
+    # The output is what the workflow's return annotation types: shown as JSON.
     output = output_json(wf, result.output)
     if as_json:
         dump_json(result.model_copy(update={"output": output}).to_json_dict())
@@ -113,7 +114,7 @@ def run(target: str, input_json: str | None, run_id: str | None, as_json: bool,
         click.echo(json.dumps(output, indent=2, ensure_ascii=False))
 
 
-def _fork_hint(world: Any, run_id: str) -> str:
+def _fork_hint(world: WorldLike, run_id: str) -> str:
     """How to run a failed run again: from its failed step, or — when it failed outside
     any step — from its last step (everything before it is kept)."""
     from ..runtime.fork import fork_points
@@ -129,14 +130,14 @@ def _fork_hint(world: Any, run_id: str) -> str:
             f"little fork {run_id} --from-step {shlex.quote(points[-1])}")
 
 
-def _stored_input(world: Any, events: list[Any]) -> tuple[Any] | None:
+def _stored_input(world: WorldLike, events: list[Any]) -> tuple[Any] | None:
     """(the input a run was created with,), read back in full; None for no such run."""
     if not events or events[0].type != "run.created" or not isinstance(events[0].payload, dict):
         return None
     return (stored_value(world, events[0].payload.get("input")),)
 
 
-def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
+def _run_traced(wf: Any, value: Any, run_id: str, world: WorldLike, console: Any,
                 on_call: Callable[..., Any], seen: list[str], as_json: bool) -> Any:
     if as_json or not console.is_terminal:
         return lw.run_workflow(wf, value, world=lw.tracing_world(world, on_call), run_id=run_id)
@@ -158,7 +159,7 @@ def _run_traced(wf: Any, value: Any, run_id: str, world: Any, console: Any,
               help="one JSON object per line on stdout per run started, completed, failed...")
 @world_options
 def worker(targets: tuple[str, ...], concurrency: int, until_idle: bool, as_json: bool,
-           world: Any) -> None:
+           world: WorldLike) -> None:
     """Execute runs of these workflows as they become due (stop with Ctrl-C or SIGTERM:
     a first Ctrl-C waits for the runs in flight, a second stops at once)."""
     from ..ops.worker_report import WorkerReport

@@ -10,13 +10,15 @@ import little_workflow as lw
 
 from ..errors import failure_text
 from ..ops.cli_support import format_duration, format_started, plain_table, run_rows
+from ..world.protocol import WorldLike
+from ..world.vocabulary import RUN_STATUSES
 from .formatting import dump_json
 from .options import UserError, world_options
 
 
 @click.command()
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["created", "running", "waiting", "completed", "failed", "cancelled"]),
+              type=click.Choice([s for s in RUN_STATUSES if s != "unknown"]),
               help="only runs with this status (repeatable)")
 @click.option("--workflow", "workflow_id", default=None, metavar="ID", help="only runs of this workflow")
 @click.option("--since", default=None, metavar="AGE", help="only runs created within AGE, e.g. 2h, 7d")
@@ -27,7 +29,7 @@ from .options import UserError, world_options
 @click.option("--json", "as_json", is_flag=True, help="print the runs as JSON (one object per run)")
 @world_options(read_only=True, catalogue_only=True)
 def runs(statuses: tuple[str, ...], workflow_id: str | None, since: str | None, limit: int,
-         cursor: str | None, every_page: bool, as_json: bool, world: Any) -> None:
+         cursor: str | None, every_page: bool, as_json: bool, world: WorldLike) -> None:
     """List runs, newest first, a page at a time: id, status, workflow, started (UTC),
     duration."""
     age = None
@@ -86,7 +88,7 @@ def _thread(thread: dict[str, Any]) -> str:
 
 
 def _waits_for(waiting: dict[str, Any] | None, needs_version: str | None = None) -> str:
-    if needs_version:  # what it waits for first: code of its version (DESIGN §15)
+    if needs_version:  # what it waits for first: code of its version (runs are pinned)
         return f"code of version {needs_version} (a resume was refused)"
     if not waiting:
         return ""

@@ -10,6 +10,8 @@ import click
 import little_workflow as lw
 
 from ..ops.cli_support import load_workflow
+from ..world.protocol import WorldLike
+from ..world.vocabulary import FINISHED_STATUSES
 from .formatting import dump_json
 from .options import AgeType, UserError, require_run, world_options
 
@@ -18,7 +20,7 @@ from .options import AgeType, UserError, require_run, world_options
 @click.argument("target", metavar="MODULE:WORKFLOW")
 @click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
 @world_options(read_only=True)
-def replay_check(target: str, run_ids: tuple[str, ...], world: Any) -> None:
+def replay_check(target: str, run_ids: tuple[str, ...], world: WorldLike) -> None:
     """Check this code against stored runs (default: every run of the workflow): each is
     re-executed against its log calling no step (lw.replay_run). Exit 1 if one diverges.
     (`little replay RUN_ID` shows a run's stored state instead.)"""
@@ -59,7 +61,7 @@ def replay_check(target: str, run_ids: tuple[str, ...], world: Any) -> None:
         sys.exit(1)
 
 
-def _workflow_of(world: Any, run_id: str) -> str | None:
+def _workflow_of(world: WorldLike, run_id: str) -> str | None:
     """The workflow of a listed run; None when it has no event (deleted since it was
     listed). Raises when its log does not read."""
     try:
@@ -95,7 +97,7 @@ def _verify_damaged(data_dir: str, error: Any, as_json: bool, repair: bool = Fal
               help="first rebuild the run catalogue from the logs (after a crash, or for a World "
                    "written by an older version)")
 @world_options(read_only=True, on_damaged=_verify_damaged)
-def verify(as_json: bool, repair: bool, world: Any) -> None:
+def verify(as_json: bool, repair: bool, world: WorldLike) -> None:
     """Re-hash every artifact and check every run's log (exit 1 on any problem)."""
     if repair:
         from ..world.verify import rebuild_catalogue
@@ -143,14 +145,14 @@ def _echo_catalogue(report: Any) -> None:
 @click.option("--older-than", required=True, type=AgeType(),
               help="delete runs whose last event is older than this, e.g. 30d, 12h, 2w")
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["completed", "failed", "cancelled"]),
+              type=click.Choice(FINISHED_STATUSES),
               help="only runs with this status (repeatable; default: all three)")
 @click.option("--dry-run", is_flag=True, help="delete nothing; show what would go")
 @world_options
-def gc_command(older_than: float, statuses: tuple[str, ...], dry_run: bool, world: Any) -> None:
+def gc_command(older_than: float, statuses: tuple[str, ...], dry_run: bool, world: WorldLike) -> None:
     """Delete old finished runs with their events, artifacts, scratch and kept plans."""
     report = lw.gc(world, older_than=older_than, dry_run=dry_run,
-                   statuses=statuses or ("completed", "failed", "cancelled"))
+                   statuses=statuses or FINISHED_STATUSES)
     verb = "would delete" if dry_run else "deleted"
     for run_id in report.run_ids:
         click.echo(f"{verb} {run_id}")

@@ -5,13 +5,13 @@ durable stream)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
 import little_workflow as lw
 
 from ..ops.cli_support import load_workflow
+from ..world.protocol import WorldLike
 from .formatting import dump_json
 from .options import UserError, world_options
 
@@ -33,7 +33,7 @@ from .options import UserError, world_options
                    "(little enqueue has the queue's other options)")
 @world_options
 def start(target: str, input_json: str | None, run_id: str | None, wait: bool,
-          timeout: float | None, as_json: bool, queue_name: str | None, world: Any) -> None:
+          timeout: float | None, as_json: bool, queue_name: str | None, world: WorldLike) -> None:
     """Create a run of MODULE:WORKFLOW without executing it: a worker (`little worker`)
     executes it. Prints the run id; with --wait, blocks until the run ends and prints
     its result. A waiting handle re-reads the run every 0.25 s for other processes'
@@ -88,7 +88,7 @@ def start(target: str, input_json: str | None, run_id: str | None, wait: bool,
 @click.option("--follow/--no-follow", default=True, show_default=True,
               help="wait for new values until the stream is closed or the run ends")
 @world_options(read_only=True)
-def stream(run_id: str, key: str, after: int, follow: bool, world: Any) -> None:
+def stream(run_id: str, key: str, after: int, follow: bool, world: WorldLike) -> None:
     """Print the values of a run's durable stream KEY, one JSON line each, in order, as
     they are written (by any process), until the stream is closed or the run ends. A
     follower re-reads the run every 0.25 s for other processes' writes."""

@@ -42,6 +42,7 @@ from pydantic_ai.tools import RunContext as AgentRunContext
 from ..runtime.context import current_run
 from ..runtime.steps import current_step_or_none
 from ..runtime.streams import aread_stream, read_stream
+from ..world.protocol import WorldLike
 
 __all__ = ["AgentEvent", "StreamRouting", "aagent_events", "agent_events", "event_json"]
 
@@ -68,7 +69,7 @@ def event_from_json(value: Any) -> Any:
     return _EVENTS.validate_python(value)
 
 
-def agent_events(world: Any, run_id: str, key: str = "agent", *, after: int = 0,
+def agent_events(world: WorldLike, run_id: str, key: str = "agent", *, after: int = 0,
                  follow: bool = True) -> Iterator[Any]:
     """The events agents of run `run_id` wrote to its stream `key`
     (`LittleWorkflowDurability(stream=key)`), as typed Pydantic AI events, in order: text
@@ -79,7 +80,7 @@ def agent_events(world: Any, run_id: str, key: str = "agent", *, after: int = 0,
         yield event_from_json(value)
 
 
-async def aagent_events(world: Any, run_id: str, key: str = "agent", *, after: int = 0,
+async def aagent_events(world: WorldLike, run_id: str, key: str = "agent", *, after: int = 0,
                         follow: bool = True) -> AsyncIterator[Any]:
     """`agent_events` for async code."""
     async for value in aread_stream(world, run_id, key, after=after, follow=follow):

@@ -20,6 +20,7 @@ from ..errors import (
     StorageError,
 )
 from ..world.ids import validate_run_id
+from ..world.protocol import WorldLike
 
 
 class CliError(LittleWorkflowError):
@@ -266,7 +267,7 @@ def run_row(summary: Any) -> dict[str, Any]:
             "parentRunId": summary.parent_run_id, "needsVersion": summary.needs_version}
 
 
-def has_no_live_holder(world: Any, run_id: str) -> bool:
+def has_no_live_holder(world: WorldLike, run_id: str) -> bool:
     """A `running` run that no process executes (its process was killed: a worker or
     `little run` resumes it), where the World can tell: local_world's lock directories.
     Elsewhere (leases on an object store, in-process locks) it says nothing."""
@@ -279,7 +280,7 @@ def has_no_live_holder(world: Any, run_id: str) -> bool:
     return directory_lock_holder(locks_dir, run_lock_name(run_id)) in ("none", "dead")
 
 
-def run_rows(world: Any, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,
+def run_rows(world: WorldLike, *, statuses: tuple[str, ...] = (), workflow_id: str | None = None,
              since: float | None = None, limit: int = 50, cursor: str | None = None,
              every_page: bool = False) -> tuple[list[dict[str, Any]], str | None]:
     """Rows of `little runs`, newest first, one catalogue page (or every page) at a time,

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any, Callable
 
+from ..world.protocol import WorldLike
 from .inspect import TERMINAL_EVENTS
 
 #: Wide enough for the longest event type the runtime writes (harness.model_call.succeeded).
@@ -22,7 +23,7 @@ def event_line(e: Any) -> str:
     return f"{e.sequence:>6}  {e.type:<{TYPE_WIDTH}}  {e.created_at}  {detail}".rstrip()
 
 
-def follow_events(world: Any, run_id: str, *, as_json: bool = False,
+def follow_events(world: WorldLike, run_id: str, *, as_json: bool = False,
                   say: Callable[[str], None] = print, poll_seconds: float = 0.25) -> None:
     """Print every event of the run, then each new one as it is appended; return after the
     terminal event (`run.completed`, `run.failed`, `run.cancelled`). Polls the World, so

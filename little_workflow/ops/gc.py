@@ -1,4 +1,4 @@
-"""Retention: delete finished runs older than a cutoff (DESIGN §12).
+"""Retention: delete finished runs older than a cutoff.
 
 A run is deleted with everything it owns — its events, the artifacts whose manifest
 names it (manifest and blob), and `runs/<runId>/` (scratch, step folders, kept plans).
@@ -18,9 +18,10 @@ from typing import Any, Iterable
 
 from ..errors import LittleWorkflowError, RunLockedError
 from ..world import run_deletion
-from ..world.shared_state import TERMINAL_STATUS
+from ..world.protocol import WorldLike
+from ..world.vocabulary import FINISHED_STATUSES
+from ..world.vocabulary import RUN_ENDINGS as TERMINAL_STATUS
 
-FINISHED_STATUSES = ("completed", "failed", "cancelled")
 _AGE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -52,7 +53,7 @@ def parse_age(text: str) -> float:
 
 
 def gc(
-    world: Any,
+    world: WorldLike,
     *,
     older_than: timedelta | float,
     statuses: Iterable[str] = FINISHED_STATUSES,
@@ -99,7 +100,7 @@ def gc(
     return report
 
 
-def _old_finished_runs(world: Any, wanted: frozenset[str], cutoff: float) -> list[str]:
+def _old_finished_runs(world: WorldLike, wanted: frozenset[str], cutoff: float) -> list[str]:
     """Runs the catalogue names as finished with a status in `wanted` and created no
     later than the cutoff (a run's last event is never older than its creation), oldest
     first: the cost grows with the old runs, not with every run. The caller checks each
@@ -118,7 +119,7 @@ def _old_finished_runs(world: Any, wanted: frozenset[str], cutoff: float) -> lis
         cursor = page.next_cursor
 
 
-def _drop_ghost(world: Any, run_id: str, report: GcReport) -> None:
+def _drop_ghost(world: WorldLike, run_id: str, report: GcReport) -> None:
     """A summary the catalogue lists whose run has no log (its deletion was cut, or a
     late summary write landed after it): dropped, under the run's lock so that a run
     created again under its id meanwhile keeps its own."""
@@ -134,7 +135,7 @@ def _drop_ghost(world: Any, run_id: str, report: GcReport) -> None:
         report.skipped[run_id] = "its lock is held (it is in use)"
 
 
-def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:
+def _delete(world: WorldLike, run_id: str, artifact_ids: list[str] | None, report: GcReport) -> None:
     """Delete one run (artifact_ids None: it is already marked) or, dry, size it."""
     if report.dry_run:
         report.run_ids.append(run_id)
@@ -152,12 +153,12 @@ def _delete(world: Any, run_id: str, artifact_ids: list[str] | None, report: GcR
     report.bytes_freed += freed
 
 
-def _size(world: Any, run_id: str, artifact_ids: list[str] | None) -> int:
+def _size(world: WorldLike, run_id: str, artifact_ids: list[str] | None) -> int:
     """The bytes deleting a run would free (as finish_deletion counts them)."""
     if artifact_ids is None:
         doc = world.read_document(run_deletion.tombstone_path(run_id)) or {}
         artifact_ids = list(doc.get("artifactIds") or [])
-    total = sum(len(data) for _, data in world.events.read_after(run_id, 0))
+    total = world.log_size(run_id)
     total += run_deletion.tree_size(world, f"runs/{run_id}")
     for aid in artifact_ids:
         total += run_deletion.tree_size(world, f"artifacts/{aid}.json")
@@ -188,6 +189,6 @@ def _statuses(statuses: Iterable[str]) -> frozenset[str]:
     return wanted
 
 
-def _now(world: Any) -> float:
+def _now(world: WorldLike) -> float:
     clock = getattr(world, "clock", None)
     return float(clock.now()) if clock is not None else time.time()

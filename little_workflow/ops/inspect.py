@@ -24,10 +24,10 @@ from ..runtime.fork import fork_points
 from ..runtime.state import RunLog
 from ..runtime.streams import record_label
 from ..runtime.values import stored_value
-from ..world.catalogue import OWNER_EVENTS
+from ..world.protocol import WorldLike
+from ..world.vocabulary import OWNER_EVENTS, RUN_ENDINGS
 
-TERMINAL_EVENTS = {"run.completed": "completed", "run.failed": "failed",
-                   "run.cancelled": "cancelled"}
+TERMINAL_EVENTS = RUN_ENDINGS
 # Wait events are recognized by prefix: `wait.<something>` with a stepPath opens or closes
 # a wait span; these suffixes open one, any other closes it.
 _WAIT_OPENERS = ("started", "scheduled", "begun", "waiting")
@@ -61,7 +61,7 @@ def _payload_text(payload: Any) -> str:
     return text
 
 
-def _attempt_error(world: Any, error: Any) -> Any:
+def _attempt_error(world: WorldLike, error: Any) -> Any:
     """A failed attempt's error as its tooltip shows it: a message the World spilled read
     back, and bounded as an event row's text is."""
     error = stored_value(world, error)
@@ -178,7 +178,7 @@ def fold_events(events: list[Any]) -> dict[str, Any]:
     }
 
 
-def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
+def run_page_data(world: WorldLike, run_id: str) -> dict[str, Any]:
     """The JSON document the page draws: header, steps with attempt spans, idle spans,
     sub-runs, fork source and every event (payload text bounded)."""
     events = world.list_events(run_id)
@@ -212,7 +212,7 @@ def run_page_data(world: Any, run_id: str) -> dict[str, Any]:
         "userTraceback": user_frames_first(traceback) if traceback else None,
         "t0": folded["t0"],
         "createdAt": state.created_at,
-        # As the runs list counts (DESIGN §14's summaries): from run.created to the run's
+        # As the runs list counts (the catalogue's summaries): from run.created to the run's
         # end; an unfinished run's duration is "so far", counted by the page at its now.
         "startedAt": folded["t0"],
         "durationSeconds": ended["at"] if ended else None,
@@ -244,7 +244,7 @@ def _owner_label(events: list[Any]) -> str | None:
     return OWNER_EVENTS.get(events[0].type) if events else None
 
 
-def run_summary(world: Any, run_id: str) -> dict[str, Any]:
+def run_summary(world: WorldLike, run_id: str) -> dict[str, Any]:
     """One row of the runs list: status, workflow, started, duration, what it waits for."""
     events = world.list_events(run_id)
     if not events:
@@ -343,7 +343,7 @@ def render_page(kind: str, data: Any, config: dict[str, Any], title: str) -> str
     )
 
 
-def render_run_html(world: Any, run_id: str, *, run_link: str = "{runId}.html",
+def render_run_html(world: WorldLike, run_id: str, *, run_link: str = "{runId}.html",
                     live_url: str | None = None, back_link: str | None = None) -> str:
     """The inspector page of one run. `run_link` turns a run id into the link for sub-runs
     and fork sources (by default a sibling `<runId>.html`); `live_url` makes the page poll

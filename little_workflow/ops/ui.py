@@ -36,6 +36,8 @@ import little_workflow as lw
 
 from ..runtime.values import stored_value
 from ..world.ids import validate_run_id
+from ..world.protocol import WorldLike
+from ..world.vocabulary import FINISHED_STATUSES
 from .inspect import error_line, render_page, run_page_data
 from .owners import describe_owner
 
@@ -64,7 +66,7 @@ class RunsIndex:
     """The runs list, one catalogue page at a time (`lw.list_runs`): a refresh costs
     O(page), whatever the World holds."""
 
-    def __init__(self, world: Any):
+    def __init__(self, world: WorldLike):
         self.world = world
         self.lock = threading.Lock()  # one World shared by the server's threads
 
@@ -123,7 +125,7 @@ class Actions:
     """What the UI can do to runs, each through the public API. `workflows` are the code
     a resume may run (`little ui MODULE...`); without them, resume says how to get it."""
 
-    def __init__(self, world: Any, lock: threading.Lock, workflows: Iterable[Any] = (),
+    def __init__(self, world: WorldLike, lock: threading.Lock, workflows: Iterable[Any] = (),
                  say: Callable[[str], None] = print):
         self.world = world
         self.lock = lock
@@ -254,7 +256,7 @@ def approval_rows(pending: list[Any]) -> list[dict[str, Any]]:
 
 def ui_row(summary: Any) -> dict[str, Any]:
     """A row of the runs list from a catalogue `RunSummary`."""
-    finished = summary.status in ("completed", "failed", "cancelled")
+    finished = summary.status in FINISHED_STATUSES
     # As the run page counts: from run.created to the run's end (its summary's last
     # change); an unfinished run's is "so far", counted by the page at its now.
     duration = round((summary.updated_at - summary.created_at).total_seconds(), 6) if finished else None
@@ -447,7 +449,7 @@ class UIServer(ThreadingHTTPServer):
         return f"http://{host!s}:{port}/?token={self.token}"
 
 
-def make_server(world: Any, port: int = 8765, *, workflows: Iterable[Any] = (),
+def make_server(world: WorldLike, port: int = 8765, *, workflows: Iterable[Any] = (),
                 token: str | None = None,
                 say: Callable[[str], None] = print) -> UIServer:
     """A server on 127.0.0.1:port (0 picks a free port: see `server.server_address`).
@@ -461,7 +463,7 @@ def make_server(world: Any, port: int = 8765, *, workflows: Iterable[Any] = (),
     return server
 
 
-def serve(world: Any, *, port: int = 8765, workflows: Iterable[Any] = (),
+def serve(world: WorldLike, *, port: int = 8765, workflows: Iterable[Any] = (),
           say: Callable[[str], None] = print) -> None:
     """Serve until interrupted (Ctrl-C)."""
     server = make_server(world, port, workflows=workflows,

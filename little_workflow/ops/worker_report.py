@@ -18,7 +18,9 @@ import time
 from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, failure_text
+from ..world.protocol import WorldLike
 from ..world.tracing import tracing_world
+from ..world.vocabulary import RUN_ENDING_EVENTS
 
 WAIT_EVENTS = {"timer.scheduled": "sleep", "wait.started": "event"}
 OUTCOMES = ("completed", "failed", "cancelled", "waiting", "refused")
@@ -29,7 +31,7 @@ def plural(n: int, word: str) -> str:
 
 
 class WorkerReport:
-    def __init__(self, world: Any, *, as_json: bool, say: Callable[[str], None],
+    def __init__(self, world: WorldLike, *, as_json: bool, say: Callable[[str], None],
                  emit: Callable[[str], None]):
         self.world, self.as_json, self.say, self.emit = world, as_json, say, emit
         self.counts = dict.fromkeys(("started", *OUTCOMES), 0)
@@ -51,7 +53,7 @@ class WorkerReport:
             self.workflow_ids[run_id] = str(payload.get("workflowId"))
         elif kind == "run.started":
             self._report(run_id, "started", resumed=payload.get("start", 1) > 1)
-        elif kind in ("run.completed", "run.failed", "run.cancelled"):
+        elif kind in RUN_ENDING_EVENTS:
             self._report(run_id, kind.split(".", 1)[1], error=payload.get("error"))
         elif kind in WAIT_EVENTS and run_id in self.in_flight:
             what = (f"sleep until {payload.get('wakeAt')}" if WAIT_EVENTS[kind] == "sleep"

@@ -16,31 +16,31 @@ Everything goes through World file methods, so it works on every backend and
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..world.clock import to_iso
 from ..world.ids import RUN_ID_RE
+from ..world.protocol import WorldLike
+from ..world.vocabulary import RUN_ENDING_EVENTS
 
 ACTIVE_DIR = "active"
 SUFFIX = ".json"
 #: How long an entry with no run log is kept before the sweep removes it (seconds,
 #: as this worker has seen it: no host's clock is compared with another's).
 ORPHAN_GRACE_SECONDS = 60.0
-TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
+TERMINAL_EVENTS = RUN_ENDING_EVENTS
 
 
 def entry_path(run_id: str) -> str:
     return f"{ACTIVE_DIR}/{run_id}{SUFFIX}"
 
 
-def mark_active(world: Any, run_id: str, workflow_id: str) -> None:
+def mark_active(world: WorldLike, run_id: str, workflow_id: str) -> None:
     """Name the run in the index (before its `run.created` is appended)."""
     world.write_document(entry_path(run_id), {
         "runId": run_id, "workflowId": workflow_id, "indexedAt": to_iso(world.clock.now()),
     })
 
 
-def mark_finished(world: Any, run_id: str) -> None:
+def mark_finished(world: WorldLike, run_id: str) -> None:
     """Drop the run from the index (after its terminal event). If the storage fails here
     (a `StorageError`, like any other write), the entry left behind is removed by the
     next sweep that finds the run finished — so the removal need not be durable: a
@@ -48,7 +48,7 @@ def mark_finished(world: Any, run_id: str) -> None:
     world.remove_file(entry_path(run_id), durable=False)
 
 
-def active_run_ids(world: Any) -> list[str]:
+def active_run_ids(world: WorldLike) -> list[str]:
     """The runs the index names (one listing)."""
     out = []
     for name in world.list_dir(ACTIVE_DIR):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, TypeVar
 
+from ..world.protocol import WorldLike
 from .deadlines import Deadline
 from .memory import pipeline_key
 from .outer_loop import arun_outer_loop
@@ -24,7 +25,7 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def resolve_world(world: Any) -> Any:
+def resolve_world(world: WorldLike | str | None) -> WorldLike:
     """A World object as given, a World for an fsspec URL (`"memory://wf"`,
     `"file:///data/wf"`, `"s3://bucket/prefix"`), or `local_world()` in the current
     directory when None. A string is always a `virtual_world` (one file per event), a
@@ -44,7 +45,7 @@ async def arun_workflow(
     wf: Workflow[In, Out],
     input: In | None = None,
     *,
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
     max_outer_cycles: int | None = None,
     supervise: Supervisor[In, Out] | None = None,
@@ -92,7 +93,7 @@ def run_workflow(
     wf: Workflow[In, Out],
     input: In | None = None,
     *,
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
     max_outer_cycles: int | None = None,
     supervise: Supervisor[In, Out] | None = None,
@@ -112,7 +113,7 @@ async def arun_pipeline(
     input: In | None = None,
     *,
     orchestrator: Workflow[In, Out] | Callable[[RunContext, In], Awaitable[Out]],
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
     deadline: Deadline | None = None,
 ) -> RunResult[Out]:
@@ -132,7 +133,7 @@ def run_pipeline(
     input: In | None = None,
     *,
     orchestrator: Workflow[In, Out] | Callable[[RunContext, In], Awaitable[Out]],
-    world: Any = None,
+    world: WorldLike | str | None = None,
     run_id: str | None = None,
     deadline: Deadline | None = None,
 ) -> RunResult[Out]:

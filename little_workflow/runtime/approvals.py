@@ -20,6 +20,7 @@ from ..errors import ApprovalNotPendingError, RunNotFoundError
 from ..world.catalogue import list_runs
 from ..world.ids import validate_run_id
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from .signals import send_event
 from .state import TERMINAL_STATUSES, RunLog
 from .values import stored_value
@@ -44,7 +45,7 @@ class PendingApproval:
     requested_at: str
 
 
-def pending_approvals(world: Any, *, run_id: str | None = None) -> list[PendingApproval]:
+def pending_approvals(world: WorldLike, *, run_id: str | None = None) -> list[PendingApproval]:
     """Every tool call waiting for approval: in all waiting runs (newest run first), or in
     run `run_id` (RunNotFoundError when there is no such run)."""
     if run_id is not None:
@@ -61,7 +62,7 @@ def pending_approvals(world: Any, *, run_id: str | None = None) -> list[PendingA
             return out
 
 
-def approve_tool_call(world: Any, run_id: str, tool_call_id: str, *, approved: bool = True,
+def approve_tool_call(world: WorldLike, run_id: str, tool_call_id: str, *, approved: bool = True,
                       reason: str | None = None) -> Event:
     """Answer one pending call: sends the event its wait takes,
     `{"approvals": {tool_call_id: true | false | reason}}` (a denial carries `reason` when
@@ -74,7 +75,7 @@ def approve_tool_call(world: Any, run_id: str, tool_call_id: str, *, approved: b
     return send_event(world, run_id, found.event_name, {"approvals": {tool_call_id: decision}})
 
 
-def _pending_in(world: Any, run_id: str, events: list[Event], *,
+def _pending_in(world: WorldLike, run_id: str, events: list[Event], *,
                 missing_is_error: bool = False) -> list[PendingApproval]:
     log = RunLog.fold(run_id, events)
     if log.created is None:
@@ -106,7 +107,7 @@ def _pending_in(world: Any, run_id: str, events: list[Event], *,
     return out
 
 
-def _answered(world: Any, log: RunLog, name: str) -> set[str]:
+def _answered(world: WorldLike, log: RunLog, name: str) -> set[str]:
     """The call ids named by events `name` that no wait took yet (a wait of the run takes
     each of them in turn)."""
     out: set[str] = set()

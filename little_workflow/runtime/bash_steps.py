@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MissingExtraError, UnsupportedSourceError, WorldPathError
+from ..world.protocol import WorldLike
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def _source_kind(source: Any) -> str:
     raise UnsupportedSourceError(f"skill source {source!r} is not a path or URL")
 
 
-def check_skill_sources(world: Any, wf: Any) -> None:
+def check_skill_sources(world: WorldLike, wf: Any) -> None:
     """Refuse host and remote skill folders on worlds that cannot mount them — before a
     run is created."""
     for name, source in wf.skills.items():
@@ -58,7 +59,7 @@ def check_skill_sources(world: Any, wf: Any) -> None:
             )
 
 
-def relative_source(world: Any, source: str) -> str:
+def relative_source(world: WorldLike, source: str) -> str:
     """A mount source as a path relative to the data dir (absolute ones must lie in it)."""
     if ".." in source.split("/"):
         raise WorldPathError(f"mount source {source!r} may not contain '..'")
@@ -70,7 +71,7 @@ def relative_source(world: Any, source: str) -> str:
     return source
 
 
-def _skill_fs(world: Any, source: Any) -> Any:
+def _skill_fs(world: WorldLike, source: Any) -> Any:
     from fs_adapters.bash import FsspecBashFS
 
     kind = _source_kind(source)

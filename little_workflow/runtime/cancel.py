@@ -4,16 +4,16 @@ executes, at the next step boundary, sleep or wait for a running one."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from ..errors import RunFinishedError, RunLockedError, RunNotFoundError
 from ..world.ids import validate_run_id
+from ..world.protocol import WorldLike
 from .active_index import mark_finished
 from .state import TERMINAL_STATUSES, RunLog
 from .waiting import notify_run, requested_reason
 
 
-def cancel_run(world: Any, run_id: str, reason: str | None = None) -> None:
+def cancel_run(world: WorldLike, run_id: str, reason: str | None = None) -> None:
     """Cancel a run: a waiting or unstarted run at once, a running one at its next step
     boundary, sleep or wait (async steps in flight are cancelled). Also asks every
     unfinished sub-run to cancel. A run already cancelled: a no-op."""
@@ -44,7 +44,7 @@ def cancel_run(world: Any, run_id: str, reason: str | None = None) -> None:
     notify_run(world, run_id)
 
 
-def cancel_sub_runs(world: Any, run_id: str, log: RunLog, reason: str | None) -> None:
+def cancel_sub_runs(world: WorldLike, run_id: str, log: RunLog, reason: str | None) -> None:
     """`cancel_run` each sub-run `log` started and did not see finish (ended at once
     when nobody executes it, and its own sub-runs with it)."""
     for sub in list(log.sub_runs.values()):
@@ -56,5 +56,5 @@ def cancel_sub_runs(world: Any, run_id: str, log: RunLog, reason: str | None) ->
                 pass  # never started, or already over
 
 
-async def acancel_run(world: Any, run_id: str, reason: str | None = None) -> None:
+async def acancel_run(world: WorldLike, run_id: str, reason: str | None = None) -> None:
     await asyncio.to_thread(cancel_run, world, run_id, reason)

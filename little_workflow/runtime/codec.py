@@ -1,4 +1,5 @@
-"""Values keep their types (DESIGN §16): one codec per annotation, driven by pydantic.
+"""Values keep their types — stored as JSON, given back as the annotation types them: one
+codec per annotation, driven by pydantic.
 
 A value goes to storage as plain JSON and comes back as the type its annotation names:
 
@@ -83,7 +84,7 @@ class PlainCodec:
             return frozen_json(value, "value")
         except TypeError as e:
             raise ValueCodecError(self.type_name, f"{e}; annotate the function's return type "
-                                  "to store other types (DESIGN §16)") from None
+                                  "to store other types") from None
 
     def decode(self, stored: Any) -> Any:
         return thaw(stored)
@@ -173,8 +174,8 @@ def _build(annotation: Any) -> Codec:
     try:
         schema = TypeAdapter(annotation).core_schema
     except (PydanticUserError, NameError, TypeError):
-        # Documented fallback (DESIGN §16): a type pydantic refuses, or a model whose
-        # forward references do not resolve, is stored as plain JSON.
+        # Documented fallback (values keep their types where they can): a type pydantic
+        # refuses, or a model whose forward references do not resolve, is stored as plain JSON.
         return PLAIN
     return ValueCodec(annotation, schema)
 
@@ -245,8 +246,9 @@ def _resolved(func: types.FunctionType, raw: Any) -> Any:
         return typing.get_type_hints(holder, globalns=func.__globals__, localns=localns,
                                      include_extras=True)["value"]
     except Exception:
-        # Documented fallback (DESIGN §16): an annotation that does not resolve (a name
-        # defined nowhere the function can see) means plain JSON, whatever went wrong.
+        # Documented fallback (values keep their types where they can): an annotation that
+        # does not resolve (a name defined nowhere the function can see) means plain JSON,
+        # whatever went wrong.
         return _UNRESOLVED
 
 

@@ -9,8 +9,8 @@ import contextvars
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, overload
 
-from ..world.core import World
 from ..world.ids import validate_name
+from ..world.protocol import WorldLike
 from .bash_steps import BashResult, run_bash_step
 from .codec import codec_for
 from .groups import ParallelGroups
@@ -58,7 +58,7 @@ class RunContext(ParallelGroups):
     def __init__(
         self,
         *,
-        world: World,
+        world: WorldLike,
         workflow: Any,
         run_id: str,
         input: Any,
@@ -154,7 +154,7 @@ class RunContext(ParallelGroups):
         """The payload of the first event `name` sent to this run (`lw.send_event`) that
         no earlier wait took, or None once `timeout` seconds have passed. With `type=T`
         (a pydantic model, dataclass, or any annotation) the payload is decoded to a T,
-        on the first run as on resume and replay (DESIGN §16); one that does not fit is
+        on the first run as on resume and replay; one that does not fit is
         a StepError naming the wait and the type. `request` (JSON) is recorded with the
         wait and says what it asks for: `{"kind": "tool-approval", "calls": [{"toolCallId",
         "toolName", "args"}]}` makes each call one of `lw.pending_approvals(world)`."""

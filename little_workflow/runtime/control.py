@@ -8,6 +8,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from ..errors import InputMismatchError, WorkflowMismatchError
 from ..world.ids import content_hash, new_run_id, validate_run_id
+from ..world.protocol import WorldLike
 from .cancel import acancel_run, cancel_run
 from .deadlines import Deadline, deadline_record, seconds_of
 from .handles import RunHandle
@@ -19,7 +20,7 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-def _world(world: Any) -> Any:
+def _world(world: WorldLike | str | None) -> WorldLike:
     from ..world import default_world, virtual_world
 
     if world is None:
@@ -27,7 +28,7 @@ def _world(world: Any) -> Any:
     return virtual_world(world) if isinstance(world, str) else world
 
 
-def create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id: str | None,
+def create_unless_exists(wf: Workflow[Any, Any], input: Any, world: WorldLike, run_id: str | None,
                           deadline: Deadline | None = None,
                           extra: dict[str, Any] | None = None) -> str:
     """Create the run (validated first); an existing run with this id, workflow and input
@@ -60,18 +61,18 @@ def create_unless_exists(wf: Workflow[Any, Any], input: Any, world: Any, run_id:
 
 
 @overload
-async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                           run_id: str | None = None, handle: Literal[False] = False,
                           deadline: Deadline | None = None) -> str: ...
 
 
 @overload
-async def astart_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+async def astart_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: WorldLike | str | None = None,
                           run_id: str | None = None, handle: Literal[True],
                           deadline: Deadline | None = None) -> RunHandle[Out]: ...
 
 
-async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                           run_id: str | None = None, handle: bool = False,
                           deadline: Deadline | None = None) -> Any:
     """`start_workflow` for async code: the writes run in a worker thread."""
@@ -79,18 +80,18 @@ async def astart_workflow(wf: Workflow[In, Any], input: In | None = None, *, wor
 
 
 @overload
-def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                    run_id: str | None = None, handle: Literal[False] = False,
                    deadline: Deadline | None = None) -> str: ...
 
 
 @overload
-def start_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: Any = None,
+def start_workflow(wf: Workflow[In, Out], input: In | None = None, *, world: WorldLike | str | None = None,
                    run_id: str | None = None, handle: Literal[True],
                    deadline: Deadline | None = None) -> RunHandle[Out]: ...
 
 
-def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any = None,
+def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: WorldLike | str | None = None,
                    run_id: str | None = None, handle: bool = False,
                    deadline: Deadline | None = None) -> Any:
     """Validate the input and create the run without executing it (a worker will);
@@ -102,7 +103,7 @@ def start_workflow(wf: Workflow[In, Any], input: In | None = None, *, world: Any
     return _start(wf, input, world, run_id, handle, deadline)
 
 
-def _start(wf: Workflow[In, Any], input: Any, world: Any, run_id: str | None,
+def _start(wf: Workflow[In, Any], input: Any, world: WorldLike | str | None, run_id: str | None,
            handle: bool, deadline: Deadline | None = None) -> Any:
     world = _world(world)
     run_id = create_unless_exists(wf, input, world, run_id, deadline)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
 from ..errors import RunNotFoundError
 from ..world.models import Event
+from ..world.protocol import WorldLike
 
 #: How often a follower re-reads the log of a run another process appends to (seconds).
 POLL_SECONDS = 0.25
@@ -61,7 +61,7 @@ class AsyncWakeup:
             pass
 
 
-def read_log_after(world: Any, run_id: str, after: int) -> list[Event]:
+def read_log_after(world: WorldLike, run_id: str, after: int) -> list[Event]:
     """The run's events after `after`; `RunNotFoundError` when a whole-log read finds no
     run (no `run.created` first)."""
     events = world.list_events(run_id, after=after)
@@ -70,7 +70,7 @@ def read_log_after(world: Any, run_id: str, after: int) -> list[Event]:
     return events
 
 
-async def aread_log_after(world: Any, run_id: str, after: int) -> list[Event]:
+async def aread_log_after(world: WorldLike, run_id: str, after: int) -> list[Event]:
     """`read_log_after` off the event loop where the World's reads may block (local disk,
     object stores)."""
     if world.blocking:

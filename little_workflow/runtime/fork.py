@@ -14,6 +14,7 @@ from ..errors import ForkPointError, RunNotFoundError, WorldPathError
 from ..world.ids import ARTIFACT_REF_PREFIX, validate_run_id
 from ..world.ids import new_run_id as make_run_id
 from ..world.models import thaw
+from ..world.protocol import WorldLike
 from .active_index import mark_active
 from .deadlines import forked_deadline
 from .plans import copy_kept_plan
@@ -80,7 +81,7 @@ def _belongs_to(event: Any, step_paths: tuple[str, ...]) -> bool:
 class _Republisher:
     """Copies the source's artifacts under the fork, each once."""
 
-    def __init__(self, world: Any, source: str, fork_id: str):
+    def __init__(self, world: WorldLike, source: str, fork_id: str):
         self.world, self.source, self.fork_id = world, source, fork_id
         self.copied: dict[str, str] = {}
         self._manifests: dict[str, Any] | None = None
@@ -94,7 +95,7 @@ class _Republisher:
         return m
 
 
-def _republish(world: Any, value: Any, fork_id: str, copied: Any) -> Any:
+def _republish(world: WorldLike, value: Any, fork_id: str, copied: Any) -> Any:
     """`value` with every artifact ref replaced by a copy owned by the fork."""
     if isinstance(value, str):
         if not value.startswith(ARTIFACT_REF_PREFIX):
@@ -119,7 +120,7 @@ def _republish(world: Any, value: Any, fork_id: str, copied: Any) -> Any:
     return value
 
 
-def fork_run(world: Any, run_id: str, *, from_step: str | None = None,
+def fork_run(world: WorldLike, run_id: str, *, from_step: str | None = None,
              new_run_id: str | None = None) -> str:
     """A new run with the same workflow and input, whose log holds the source's records
     of every step that started before `from_step` (default: the first failed step).

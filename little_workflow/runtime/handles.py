@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, overload
 from ..errors import RunCancelledError, WorkflowFailedError, WorkflowMismatchError
 from ..world.ids import validate_run_id
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from . import followers
 from .api import resolve_world
 from .cancel import cancel_run
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 Out = TypeVar("Out")
 
-#: What `RunHandle.status()` says (DESIGN §11's statuses; `created` until a worker starts it).
+#: What `RunHandle.status()` says (a run's statuses; `created` until a worker starts it).
 HandleStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled"]
 
 
@@ -44,7 +45,7 @@ class RunHandle(Generic[Out]):
     comes back as the model); without, it is the stored JSON.
     """
 
-    def __init__(self, world: Any, run_id: str, workflow: Workflow[Any, Out] | None = None):
+    def __init__(self, world: WorldLike, run_id: str, workflow: Workflow[Any, Out] | None = None):
         self.world = resolve_world(world)
         self.run_id = validate_run_id(run_id)
         self.workflow = workflow
@@ -154,14 +155,14 @@ class RunHandle(Generic[Out]):
 
 
 @overload
-def get_run(world: Any, run_id: str) -> RunHandle[Any]: ...
+def get_run(world: WorldLike, run_id: str) -> RunHandle[Any]: ...
 
 
 @overload
-def get_run(world: Any, run_id: str, *, workflow: Workflow[Any, Out]) -> RunHandle[Out]: ...
+def get_run(world: WorldLike, run_id: str, *, workflow: Workflow[Any, Out]) -> RunHandle[Out]: ...
 
 
-def get_run(world: Any, run_id: str, *, workflow: Workflow[Any, Any] | None = None) -> RunHandle[Any]:
+def get_run(world: WorldLike, run_id: str, *, workflow: Workflow[Any, Any] | None = None) -> RunHandle[Any]:
     """A handle on an existing run (`RunNotFoundError` when there is none). Give
     `workflow=` to get its result typed like that workflow's output; a run of another
     workflow is then a `WorkflowMismatchError`."""

@@ -1,4 +1,5 @@
-"""Resuming checks the code against the log before it calls anything new (DESIGN §15).
+"""Resuming checks the code against the log before it calls anything new: changed code
+never re-runs history, and never runs on past a point where it asks for other records.
 
 When code resumes a run, every record the log completed on the workflow's own path —
 steps, timers, waits, recorded values (`ctx.now`, `ctx.uuid`), memory reads and writes,

@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from ..errors import InputMismatchError, RunLockedError, WorkflowFailedError
 from ..world.ids import content_hash, sha256_hex, validate_name
 from ..world.models import thaw
+from ..world.protocol import WorldLike
 from .codec import ValueCodecError, input_codec, return_codec
 from .runner import arun_single, input_json, offload
 from .state import RunResult
@@ -45,7 +46,7 @@ class Continue(Generic[In]):
 
 
 @contextlib.asynccontextmanager
-async def _fenced(world: Any, outer_loop_id: str) -> AsyncIterator[None]:
+async def _fenced(world: WorldLike, outer_loop_id: str) -> AsyncIterator[None]:
     """Callers sharing an outer-loop id take turns: wait for the fence, then go on."""
     delay = 0.01
     while True:
@@ -87,7 +88,7 @@ Supervisor = Callable[["CycleRecord", list["CycleRecord"]],
 
 def _typed(codec: Any, stored: Any) -> Any:
     """A cycle's input or output as the supervisor sees it: typed by the workflow's
-    annotations (DESIGN §16) when it fits them; the manifest keeps the JSON."""
+    annotations when it fits them; the manifest keeps the JSON."""
     if stored is None or codec.plain:
         return stored
     try:
@@ -118,7 +119,7 @@ async def arun_outer_loop(
     wf: Workflow[Any, Any],
     input: Any,
     *,
-    world: Any,
+    world: WorldLike,
     max_outer_cycles: int | None,
     supervise: Callable[..., Any] | None,
     outer_loop_id: str | None,

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from ..world.ids import content_hash, validate_name
+from ..world.protocol import WorldLike
 from .values import stored_value
 
 PLANS_DIR = "planner-reuse"
@@ -18,7 +19,7 @@ def plan_path(run_id: str, workflow_version_id: str, name: str) -> str:
     return f"runs/{run_id}/{PLANS_DIR}/{workflow_version_id}/{name}.json"
 
 
-def copy_kept_plan(world: Any, source_run: str, to_run: str, kept: dict[str, Any]) -> None:
+def copy_kept_plan(world: WorldLike, source_run: str, to_run: str, kept: dict[str, Any]) -> None:
     """A fork's copy of a `plan.kept` record comes with the plan file it names, so the
     fork offers the plan to later runs as its source does."""
     name, version = kept.get("name"), kept.get("workflowVersionId")

@@ -11,8 +11,8 @@ from typing import Any
 
 from ..errors import IdempotencyConflictError, LeaseLostError
 from ..world import incarnations
-from ..world.core import World
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from .active_index import TERMINAL_EVENTS, mark_finished
 from .history import FREE_EVENTS, Key, RunHistory
 from .loops import may_block_loop
@@ -26,8 +26,8 @@ class RunRecorder:
 
     watch: Any = None  # waiting.RunWatch while this process executes the run
     body_task: "asyncio.Task[Any] | None" = None  # the task running the workflow body
-    #: This execution's `start` (DESIGN §15), stamped on every record it appends; None
-    #: before its `run.started` (and in replay).
+    #: This execution's `start` (the fence of one executor per run), stamped on every
+    #: record it appends; None before its `run.started` (and in replay).
     incarnation: int | None = None
     started_sequence = 0  # the sequence of this execution's run.started
     #: Why this execution must stop: another one started after it (read from the log).
@@ -35,7 +35,7 @@ class RunRecorder:
     #: telemetry.RunTelemetry while this execution reports to OpenTelemetry, else None.
     telemetry: Any = None
 
-    def __init__(self, *, world: World, run_id: str, log: RunLog):
+    def __init__(self, *, world: WorldLike, run_id: str, log: RunLog):
         self.world = world
         self.run_id = run_id
         self.log = log
@@ -143,7 +143,8 @@ class RunRecorder:
         anyone else wrote since the last event folded: the next one is the hot path (no
         read); a jump means others got events in first — another process, `send_event`,
         `cancel_run`, a holder that lost its lease. Then storage decides: what this run
-        has not seen is read and folded in log order before the run goes on (DESIGN §13)."""
+        has not seen is read and folded in log order before the run goes on: the log is the
+        one truth every process reads."""
         with self._log_lock:
             last = self.log.last_sequence
             if event.sequence == last + 1:

@@ -14,7 +14,7 @@ whose holder let it go (its log shows it waiting now) is tried at once: the hold
 suspended it and released the lock.
 
 A run this worker's code may not run — pinned to another version, or its log diverges
-from what the code asks for (DESIGN §15) — is left alone for good: the same code gives the
+from what the code asks for — is left alone for good: the same code gives the
 same answer however often it tries. A worker with other code (or this one restarted with
 fixed code) runs it.
 """

@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..world.ids import canonical_json, content_hash, new_run_id, validate_run_id
 from ..world.models import thaw
+from ..world.protocol import WorldLike
 from .active_index import mark_active
 from .context import RunContext, running
 from .deadlines import (
@@ -117,7 +118,7 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
     """The run input as plain JSON — encoded by the annotation of the workflow's `input`
-    (DESIGN §16) — validated against the workflow's input schema."""
+    (a pydantic model becomes its JSON) — validated against the workflow's input schema."""
     try:
         frozen = encode_input(wf, input, run_id)
     except RecursionError:
@@ -130,7 +131,7 @@ def input_json(wf: Workflow[Any, Any], input: Any, run_id: str) -> Any:
     return value
 
 
-async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
+async def offload(world: WorldLike, fn: Callable[..., T], *args: Any) -> T:
     """Call a World method, in a worker thread where it may block for long — unless the
     run is alone on a loop of ours (a plain `run_workflow`, a worker's run), where a
     thread hop would only add latency (measured: two per run, most of a zero-step run's
@@ -140,14 +141,14 @@ async def offload(world: Any, fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-def register_version(world: Any, wf: Workflow[Any, Any]) -> None:
+def register_version(world: WorldLike, wf: Workflow[Any, Any]) -> None:
     path = f"workflow-versions/{wf.version_id}.json"
     if world.file_info(path) is None:
         world.create_document(path, wf.version_record())
 
 
 async def arun_single(
-    wf: Workflow[Any, Any], input: Any, *, world: Any, run_id: str | None, pipeline: Any = None,
+    wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str | None, pipeline: Any = None,
     suspend: bool = False, parent_run_id: str | None = None, deadline: Deadline | None = None,
     deadline_cap: float | None = None,
 ) -> RunResult[Any]:
@@ -169,7 +170,7 @@ async def arun_single(
                                  (wf.timeout if seconds is None else seconds, deadline_cap))
 
 
-async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: Any, run_id: str,
+async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str,
                         admission: Any) -> RunResult[Any]:
     """Start or resume a queued run that a worker admitted: the caller holds the run's
     lock and the queue's places (`queue_picking.Admission`), and gives them back after.
@@ -180,7 +181,7 @@ async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: Any, run_i
 
 
 async def _run_locked(
-    world: Any, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
+    world: WorldLike, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
     parent_run_id: str | None = None, deadline: tuple[float | None, float | None] = (None, None),
     admission: Any = None,
 ) -> RunResult[Any]:
@@ -323,7 +324,7 @@ async def create_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_
     await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
 
 
-def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
+def _result(world: WorldLike, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult[Any]:
     output = decode_output(wf, stored_value(world, log.output, log.output_ref), log.run_id)
     created = log.created or {}
     return RunResult(
@@ -332,14 +333,14 @@ def _result(world: Any, log: RunLog, wf: Workflow[Any, Any] | None) -> RunResult
     )
 
 
-def materialize_run_state(world: Any, run_id: str) -> RunState:
+def materialize_run_state(world: WorldLike, run_id: str) -> RunState:
     """Fold a run's events into its state (status, steps, output)."""
     validate_run_id(run_id)
     events = world.list_events(run_id)
     return materialize(RunLog.fold(run_id, events), functools.partial(stored_value, world))
 
 
-async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
+async def areplay_run(world: WorldLike, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     validate_run_id(run_id)
     events = await offload(world, world.list_events, run_id)
     log = RunLog.fold(run_id, events)
@@ -371,7 +372,7 @@ async def areplay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunRes
     return RunResult(run_id=run_id, status="completed", output=typed_output, workflow_id=wf.id)
 
 
-def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],
+def _replay_failure(world: WorldLike, log: RunLog, wf: Workflow[Any, Any],
                     e: Exception) -> RunResult[Any]:
     """The code raised `e` on replay: that is the run's outcome only where the log says the
     run failed with an error of the same type; anywhere else — a completed run, an
@@ -384,7 +385,7 @@ def _replay_failure(world: Any, log: RunLog, wf: Workflow[Any, Any],
         f"{type(e).__name__}: {e}") from e
 
 
-def _logged_end(world: Any, log: RunLog) -> str:
+def _logged_end(world: WorldLike, log: RunLog) -> str:
     if log.status == "failed":
         error = stored_value(world, log.error)
         return "failed with " + (failure_text(log.run_id, error) if isinstance(error, dict)
@@ -393,7 +394,7 @@ def _logged_end(world: Any, log: RunLog) -> str:
         log.status, f"is {log.status} (not finished)")
 
 
-def replay_run(world: Any, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
+def replay_run(world: WorldLike, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     """Re-execute `wf` against the run's log, calling no step. Raises
     `ReplayDivergenceError` when the code asks for steps the log does not hold, or in
     another order, or ends another way than the log says (raises where the run completed

@@ -21,6 +21,7 @@ from ..errors import ReplayDivergenceError, RunFinishedError, RunNotFoundError, 
 from ..world.clock import from_iso, to_iso
 from ..world.ids import validate_run_id
 from ..world.models import Event, thaw
+from ..world.protocol import WorldLike
 from .codec import PLAIN, Codec, ValueCodecError, encode_untyped
 from .state import TERMINAL_STATUSES, RunLog
 from .telemetry import TRACE_CONTEXT, link_event, trace_fields
@@ -136,14 +137,14 @@ async def _complete(ctx: Any, path: str, name: str, hit: tuple[int, Any] | None,
 
 
 def send_event(
-    world: Any, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
+    world: WorldLike, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
 ) -> Event:
     """Send the event `name` with `payload` to run `run_id` (appended to its log as
     `signal.received`). The same `idempotency_key` with the same name and payload again is
     a no-op; with another one, `IdempotencyConflictError`. Unknown run:
     `RunNotFoundError`; finished run: `RunFinishedError`. A payload that is not JSON (a
-    pydantic model, a dataclass, a datetime...) is stored as its JSON (DESIGN §16), sets
-    sorted; one that cannot be is a TypeError."""
+    pydantic model, a dataclass, a datetime...) is stored as its JSON (typed again where
+    it is read), sets sorted; one that cannot be is a TypeError."""
     validate_run_id(run_id)
     if not isinstance(name, str) or not name:
         raise ValueError(f"an event name is a non-empty string, not {name!r}")

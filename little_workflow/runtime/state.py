@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Literal, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from ..world.models import Event
+from ..world.vocabulary import FINISHED_STATUSES, RunStatus, status_after
 
-RunStatus = Literal["created", "running", "waiting", "completed", "failed", "cancelled", "unknown"]
-TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+#: The statuses a run ends in (also importable as `world.vocabulary.FINISHED_STATUSES`).
+TERMINAL_STATUSES = FINISHED_STATUSES
 
 #: A run's output type, for type checkers: `RunResult[Out].output` is an `Out`.
 Out = TypeVar("Out")
@@ -91,24 +92,23 @@ class RunLog:
         t = e.type
         if t == "run.created":
             self.created = p
-            self.status = "created"
+            self.status = status_after(self.status, t, bool(self.open_waits))
         elif t == "run.started":
             self.starts += 1
             self.refused = None
             if self.started_version is None and isinstance(p.get("version"), str):
                 self.started_version = p["version"]
-            if self.status not in TERMINAL_STATUSES:
-                self.status = "waiting" if self.open_waits else "running"
+            self.status = status_after(self.status, t, bool(self.open_waits))
         elif t == "run.completed":
-            self.status = "completed"
+            self.status = status_after(self.status, t, bool(self.open_waits))
             self.output = p.get("output")
             self.output_ref = p.get("outputRef")
         elif t == "run.failed":
-            self.status = "failed"
+            self.status = status_after(self.status, t, bool(self.open_waits))
             self.error = p.get("error")
             self.traceback = p.get("traceback") if isinstance(p.get("traceback"), str) else None
         elif t == "run.cancelled":
-            self.status = "cancelled"
+            self.status = status_after(self.status, t, bool(self.open_waits))
             self.error = p.get("error") or {"type": "RunCancelledError", "reason": p.get("reason")}
         elif t == "run.cancel_requested":
             if self.cancel_requested is None:
@@ -233,8 +233,7 @@ def fold_time_event(log: RunLog, e: Event, p: dict[str, Any]) -> None:
         if isinstance(p.get("signalSequence"), int):
             log.taken.add(p["signalSequence"])
         log.open_waits.pop(path, None)
-    if log.status in ("running", "waiting"):
-        log.status = "waiting" if log.open_waits else "running"
+    log.status = status_after(log.status, t, bool(log.open_waits))
 
 
 TIME_AND_MESSAGE_EVENTS = frozenset({
@@ -285,7 +284,7 @@ class RunResult(_Model, Generic[Out]):
       status       "completed" (a failed run raises `WorkflowFailedError` instead, with
                    `.run_id` and `.error`).
       output       what the workflow returned, typed by its return annotation (a
-                   pydantic model comes back as the model, DESIGN §16): the run stores
+                   pydantic model comes back as the model): the run stores
                    its JSON, which is checked against the output schema when it has one.
       workflow_id  the `id` of the workflow that ran.
       outer_loop_id, result_kind, cycles

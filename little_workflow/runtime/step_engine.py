@@ -16,8 +16,9 @@ from ..errors import (
     StepFailedError,
     StepTimeoutError,
 )
-from ..world.core import World
 from ..world.ids import canonical_json, validate_step_path
+from ..world.protocol import WorldLike
+from ..world.vocabulary import INLINE_LIMIT
 from .codec import Codec, return_codec
 from .history import Key
 from .recording import RunRecorder
@@ -41,7 +42,7 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 #: Step outputs larger than this (canonical JSON bytes) go to an artifact, not the event.
-INLINE_OUTPUT_LIMIT = 64 * 1024
+INLINE_OUTPUT_LIMIT = INLINE_LIMIT
 
 Mode = Literal["execute", "replay"]
 
@@ -50,7 +51,7 @@ class StepEngine(RunRecorder):
     """The stepping half of a RunContext (its base class): step paths, `step`, and how
     one step is served, replayed or executed."""
 
-    def __init__(self, *, world: World, run_id: str, log: RunLog, mode: Mode):
+    def __init__(self, *, world: WorldLike, run_id: str, log: RunLog, mode: Mode):
         super().__init__(world=world, run_id=run_id, log=log)
         self.mode = mode
         self._claimed: set[str] = set()

@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import ReplayDivergenceError, StepError
 from ..world.ids import validate_run_id
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from . import followers
 from .active_index import TERMINAL_EVENTS
 from .codec import ValueCodecError, encode_untyped
@@ -135,7 +136,7 @@ def write_from_step(ctx: Any, step_path: str, attempt: int, key: str, value: Any
 class _StreamCursor:
     """Where a reader is in one stream: the last event read, the values of `key` seen."""
 
-    def __init__(self, world: Any, run_id: str, key: str, after: int):
+    def __init__(self, world: WorldLike, run_id: str, key: str, after: int):
         self.world, self.run_id, self.key, self.after = world, run_id, key, after
         self.last_sequence = 0
         self.seen = 0
@@ -168,7 +169,7 @@ def _check_reader(run_id: str, key: Any, after: Any) -> None:
         raise ValueError(f"after is a number of values to skip (0 or more), not {after!r}")
 
 
-def read_stream(world: Any, run_id: str, key: str, *, after: int = 0,
+def read_stream(world: WorldLike, run_id: str, key: str, *, after: int = 0,
                 follow: bool = True) -> Iterator[Any]:
     """The values written to stream `key` of run `run_id`, in order: those written so far,
     then (with `follow=True`) each new one as it is written, from any process, until the
@@ -203,7 +204,7 @@ def _follow(cursor: _StreamCursor, events: list[Event], follow: bool) -> Iterato
         unobserve(cursor.world, cursor.run_id, wakeup)
 
 
-async def aread_stream(world: Any, run_id: str, key: str, *, after: int = 0,
+async def aread_stream(world: WorldLike, run_id: str, key: str, *, after: int = 0,
                        follow: bool = True) -> AsyncIterator[Any]:
     """`read_stream` for async code (`async for value in lw.aread_stream(...)`): waits
     without blocking the event loop; `RunNotFoundError` comes with the first value."""

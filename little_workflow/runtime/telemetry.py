@@ -1,4 +1,4 @@
-"""OpenTelemetry (DESIGN §18, extra `otel`): spans and metrics on the global providers.
+"""OpenTelemetry (watching runs from anywhere; extra `otel`): spans and metrics on the global providers.
 
 Nothing here imports opentelemetry unless the program already did: a tracer or meter
 provider can only have been set by code that imported `opentelemetry.trace` /

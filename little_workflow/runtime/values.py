@@ -1,4 +1,4 @@
-"""Step and run values: typed by annotations through the codec (codec.py, DESIGN §16),
+"""Step and run values: typed by annotations through the codec (codec.py: values keep their types),
 stored as plain JSON, read back from the log (spilled parts included)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import ReplayDivergenceError, SchemaValidationError, StepError
 from ..world.payloads import read_back
+from ..world.protocol import WorldLike
 from .codec import PLAIN, Codec, ValueCodecError, input_codec, return_codec
 
 
@@ -37,7 +38,7 @@ def encode_step_output(codec: Codec, value: Any, run_id: str, path: str) -> tupl
 
 def decode_stored(codec: Codec, stored: Any, run_id: str, path: str, what: str) -> Any:
     """A value read back from the log, as its annotation types it. A stored value that no
-    longer fits the code's annotation is a divergence (DESIGN §15)."""
+    longer fits the code's annotation is a divergence: the code changed under the run."""
     if codec.plain:
         return stored
     try:
@@ -99,10 +100,10 @@ def decode_output(wf: Any, stored: Any, run_id: str) -> Any:
     return decode_stored(codec, stored, run_id, "(output)", "output")
 
 
-def stored_value(world: Any, value: Any, ref: str | None = None) -> Any:
-    """A value read back from a run's log, as the run produced it (DESIGN §13: every
-    reader resolves spilled values): the artifact `ref` when the runtime stored it as one
-    (`outputRef` of a large step or run output); otherwise a plain copy of the inline
+def stored_value(world: WorldLike, value: Any, ref: str | None = None) -> Any:
+    """A value read back from a run's log, as the run produced it (every reader resolves
+    spilled values, so all readers see one truth): the artifact `ref` when the runtime
+    stored it as one (`outputRef` of a large step or run output); otherwise a plain copy of the inline
     value with every part the World spilled (`{"$ref": …}`) read back. A scalar is
     returned as it is. Reads go through `world.read_artifact`, so a tracing World sees them.
     """

@@ -1,4 +1,5 @@
-"""A run is pinned to the version of the code that created it (DESIGN §15).
+"""A run is pinned to the version of the code that created it: changed code never re-runs
+history.
 
 `run.created` records `version`: the decorator's `version=` when given, else the code's
 definition hash. A run written before runs recorded one holds only `definitionHash`, and
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import WorkflowVersionError
+from ..world.protocol import WorldLike
 from .state import RunLog
 from .workflow import Workflow
 
@@ -33,7 +35,7 @@ def pinned_version(log: RunLog) -> str | None:
     return definition_hash if isinstance(definition_hash, str) else None
 
 
-def refuse_other_versions(world: Any, log: RunLog, wf: Workflow[Any, Any]) -> None:
+def refuse_other_versions(world: WorldLike, log: RunLog, wf: Workflow[Any, Any]) -> None:
     """Raise `WorkflowVersionError` when `wf` is not the version the run is pinned to,
     recording the refusal first (once since the run last executed). Called under the
     run's lock, before the execution's `run.started`."""

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, RunCancelledError
 from ..world.models import Event
+from ..world.protocol import WorldLike
 from .loops import may_block_loop
 from .state import TERMINAL_STATUSES, RunLog
 
@@ -51,19 +52,20 @@ _registry: dict[tuple[int, str | None], set[Any]] = {}
 _registry_guard = threading.Lock()
 
 
-def _key(world: Any, run_id: str | None) -> tuple[int, str | None]:
-    # One StorageState per storage in this process: Worlds over one storage share it.
-    return (id(world.state), run_id)
+def _key(world: WorldLike, run_id: str | None) -> tuple[int, str | None]:
+    # Worlds over one storage in this process share one key: a waiter on one hears the
+    # appends made through another.
+    return (world.storage_key, run_id)
 
 
-def listen(world: Any, run_id: str | None, listener: Any) -> None:
+def listen(world: WorldLike, run_id: str | None, listener: Any) -> None:
     """`listener.notify()` is called (from any thread) when something is appended to
     `run_id` by send_event/cancel_run in this process; `run_id=None` hears every run."""
     with _registry_guard:
         _registry.setdefault(_key(world, run_id), set()).add(listener)
 
 
-def unlisten(world: Any, run_id: str | None, listener: Any) -> None:
+def unlisten(world: WorldLike, run_id: str | None, listener: Any) -> None:
     with _registry_guard:
         listeners = _registry.get(_key(world, run_id))
         if listeners is not None:
@@ -72,7 +74,7 @@ def unlisten(world: Any, run_id: str | None, listener: Any) -> None:
                 del _registry[_key(world, run_id)]
 
 
-def notify_run(world: Any, run_id: str) -> None:
+def notify_run(world: WorldLike, run_id: str) -> None:
     with _registry_guard:
         listeners = list(_registry.get(_key(world, run_id), ())) + list(
             _registry.get(_key(world, None), ()))
@@ -89,7 +91,7 @@ def notify_run(world: Any, run_id: str) -> None:
 _observers: dict[tuple[int, str | None], set[Any]] = {}
 
 
-def observe(world: Any, run_id: str, observer: Any) -> None:
+def observe(world: WorldLike, run_id: str, observer: Any) -> None:
     """`observer.notify()` is called (from any thread) when this process appends to
     `run_id` something a reader outside the run waits for: a stream record, the run's
     end, a signal, a cancel request, a new run."""
@@ -97,7 +99,7 @@ def observe(world: Any, run_id: str, observer: Any) -> None:
         _observers.setdefault(_key(world, run_id), set()).add(observer)
 
 
-def unobserve(world: Any, run_id: str, observer: Any) -> None:
+def unobserve(world: WorldLike, run_id: str, observer: Any) -> None:
     with _registry_guard:
         observers = _observers.get(_key(world, run_id))
         if observers is not None:
@@ -106,7 +108,7 @@ def unobserve(world: Any, run_id: str, observer: Any) -> None:
                 del _observers[_key(world, run_id)]
 
 
-def announce(world: Any, run_id: str) -> None:
+def announce(world: WorldLike, run_id: str) -> None:
     """Wake the observers of `run_id` in this process (cheap when there are none)."""
     if not _observers:
         return
@@ -254,7 +256,7 @@ def requested_reason(log: Any) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
-def request_sub_run_cancels(world: Any, log: Any, reason: str) -> None:
+def request_sub_run_cancels(world: WorldLike, log: Any, reason: str) -> None:
     """Ask every sub-run `log` started and did not see finish to cancel
     (`run.cancel_requested`; whoever executes it next ends it cancelled). Idempotent:
     a sub-run finished or already asked is left alone."""

@@ -9,7 +9,7 @@ whose lock is held (`RunLockedError`), or that cannot run here for another reaso
 input no longer validates, its storage failed), is tried again after a capped
 exponential backoff (see retry.py), reported once when it becomes blocked and once when
 it runs again. A run this worker's code may not run (pinned to another version, or its log
-diverges from the code: DESIGN §15) is left alone and reported once.
+diverges from the code: changed code never re-runs history) is left alone and reported once.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ..errors import (
     WorkflowVersionError,
 )
 from ..world.clock import from_iso
+from ..world.protocol import WorldLike
 from .active_index import ORPHAN_GRACE_SECONDS, active_run_ids, mark_active, mark_finished
 from .deadlines import cancel_if_past, deadline_of
 from .loops import own
@@ -62,7 +63,7 @@ class Worker:
     SIGTERM/SIGINT when run in the main thread), `.run_until_idle()` returns when
     nothing is due. Runs of workflows it does not know are left alone."""
 
-    def __init__(self, world: Any, workflows: Iterable[Workflow], concurrency: int = 8,
+    def __init__(self, world: WorldLike, workflows: Iterable[Workflow], concurrency: int = 8,
                  sweep_seconds: float = SWEEP_SECONDS):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -269,7 +270,8 @@ class Worker:
             self._backoff.ran(run_id)
             log.info("run %s ended: %s", run_id, e)  # failed or cancelled: in its log
         except (WorkflowVersionError, ReplayDivergenceError) as e:
-            # This code may not run it, now or later: left to other code (DESIGN §15).
+            # This code may not run it, now or later: left to other code (changed code never
+            # re-runs a run's history).
             self._backoff.refused(run_id, e, last_sequence)
         except LittleWorkflowError as e:
             # Not run (its lock is held, its input no longer validates, the storage

@@ -58,7 +58,7 @@ class Workflow(Generic[In, Out]):
 
     For type checkers it is `Workflow[In, Out]`: `async def f(ctx, input: In) -> Out`.
     The run stores its input and output as JSON and gives them back typed by those
-    annotations (DESIGN §16): a workflow returning a pydantic model returns that model."""
+    annotations: a workflow returning a pydantic model returns that model."""
 
     id: str
     fn: Callable[[AnyContext, In], Awaitable[Out]]

@@ -3,7 +3,7 @@
 `faults`: crash a World's storage at its N-th operation (`FaultyFileSystem`,
 `faulty_local_world`). `powercut`: a POSIX system-call layer that keeps only what a power
 cut would leave (`PowerCutPosix`, `power_cut_filesystem`). `unfenced`: take the kernel
-locks or the log fence of DESIGN §15 away (`without_kernel_locks`, `without_log_fence`),
+locks or the log fence (one executor per run) away (`without_kernel_locks`, `without_log_fence`),
 to show that a check catches two executions of one run.
 """
 

@@ -1,4 +1,5 @@
-"""Take the protections of DESIGN §15 away, to show that a check catches their absence.
+"""Take the protections that keep one executor per run away, to show that a check catches
+their absence.
 
 `without_kernel_locks()`: Worlds on local files take their run locks and outer-loop
 fences in the process only, as on a filesystem that has no lock across processes (two

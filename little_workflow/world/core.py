@@ -37,6 +37,7 @@ from .shared_state import StorageState, release_dropped, release_when_safe
 from .slots import StepSlots
 
 if TYPE_CHECKING:
+    from .protocol import WorldLike
     from .views import ChangeJournal
 
 # What this module held before its rooms were split off, for code that imports it here.
@@ -147,6 +148,12 @@ class World(WorldFiles):
         self.close()
 
     @property
+    def storage_key(self) -> int:
+        """The same for every World over one storage in this process (they share one
+        storage state), different for different storages."""
+        return id(self.state)
+
+    @property
     def blocking(self) -> bool:
         """True when appends may block for long (fsync, network)."""
         return self.events.blocking
@@ -202,6 +209,10 @@ class World(WorldFiles):
 
     def list_runs(self) -> list[str]:
         return sorted(self.events.run_ids())
+
+    def log_size(self, run_id: str) -> int:
+        """Bytes of a run's stored events (what deleting its log frees)."""
+        return sum(len(data) for _, data in self.events.read_after(run_id, 0))
 
     def delete_run(self, run_id: str) -> int:
         """Delete a run — events, artifacts, `runs/<runId>/` — under its lock; the bytes
@@ -308,12 +319,8 @@ class World(WorldFiles):
     ) -> Any:
         """A memory store: `world.memory("org")`, `world.memory("workflow", workflow_id)`,
         `world.memory("pipeline", pipeline_key)`. Writable from here (pre-populating)."""
-        from .memory_store import MemoryStore
-
-        key = key or workflow_id or pipeline_key
-        if scope != "org" and key is None:
-            raise ValueError(f"memory scope {scope!r} needs a key (workflow id or pipeline key)")
-        return MemoryStore(self, scope, key)
+        return memory_store_of(self, scope, key, workflow_id=workflow_id,
+                               pipeline_key=pipeline_key)
 
     # ---- files, folders and documents: WorldFiles (files.py) -----------------------------
 
@@ -321,8 +328,33 @@ class World(WorldFiles):
                   journal: ChangeJournal | None = None) -> Any:
         """A folder of this World as an fsspec filesystem whose every operation is a call
         of this World's file methods (scratch folders, memory stores, bash mounts)."""
-        # fsspec (under the views) loads with the first view, not with every World user.
-        from .views import ReadOnlyFileSystem, WorldFileSystem
+        return file_view_of(self, relative_root, read_only=read_only, journal=journal)
 
-        view = WorldFileSystem(self, relative_root, journal=journal)
-        return ReadOnlyFileSystem(view, label=relative_root) if read_only else view
+
+def memory_store_of(world: WorldLike, scope: str, key: str | None = None, *,
+                    workflow_id: str | None = None, pipeline_key: str | None = None) -> Any:
+    """`World.memory` over any World: the store makes its reads and writes through
+    `world` (a tracing World's store is traced too)."""
+    from .memory_store import MemoryStore
+
+    key = key or workflow_id or pipeline_key
+    if scope != "org" and key is None:
+        raise ValueError(f"memory scope {scope!r} needs a key (workflow id or pipeline key)")
+    return MemoryStore(world, scope, key)
+
+
+def file_view_of(world: WorldLike, relative_root: str, *, read_only: bool = False,
+                 journal: ChangeJournal | None = None) -> Any:
+    """`World.file_view` over any World: every operation of the view is a call of
+    `world`'s file methods."""
+    # fsspec (under the views) loads with the first view, not with every World user.
+    from .views import ReadOnlyFileSystem, WorldFileSystem
+
+    view = WorldFileSystem(world, relative_root, journal=journal)
+    return ReadOnlyFileSystem(view, label=relative_root) if read_only else view
+
+
+if TYPE_CHECKING:
+    # The type checker holds World to its door: a World is a WorldLike.
+    def _door(world: World) -> WorldLike:
+        return world

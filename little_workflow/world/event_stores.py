@@ -18,8 +18,14 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
 from ..errors import StorageDamagedError, StorageError
-from .catalogue import SqliteCatalogue, StoreCatalogue, SummaryTracker, changes_status
-from .file_catalogue import FileCatalogue
+from .catalogue import (
+    SqliteCatalogue,
+    StoreCatalogue,
+    SummaryChange,
+    SummaryTracker,
+    changes_status,
+)
+from .catalogue.files import FileCatalogue
 from .ids import RUN_ID_RE
 from .posix import REAL_POSIX
 from .publish import Publisher
@@ -42,7 +48,7 @@ class PendingAppend:
 
     def __init__(self, run_id: str, sequence: int, data: bytes, durable: bool,
                  idempotency_key: str | None, epoch: int, store: "EventStore | None" = None,
-                 change: tuple | None = None):
+                 change: SummaryChange | None = None):
         self.run_id, self.sequence, self.data = run_id, sequence, data
         self.change = change  # what it changes in the run's catalogue summary (catalogue.py)
         self.durable, self.idempotency_key, self.epoch = durable, idempotency_key, epoch
@@ -74,7 +80,7 @@ class EventStore(ABC):
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
                 idempotency_key: str | None, epoch: int = 0,
-                change: tuple | None = None) -> PendingAppend:
+                change: SummaryChange | None = None) -> PendingAppend:
         """Hand event `sequence` to the store. The World calls this in sequence order per
         run (under the run's lock) and waits outside the lock. This default publishes
         at once, so publication stays in order (file stores: readers probe sequences
@@ -93,11 +99,11 @@ class EventStore(ABC):
         """Block until `pending` is settled (stores that commit later)."""
         return None
 
-    def publishing(self, run_id: str, sequence: int, change: tuple | None) -> None:
+    def publishing(self, run_id: str, sequence: int, change: SummaryChange | None) -> None:
         """Before event `sequence` is published: prepare the run catalogue (file stores)."""
         return None
 
-    def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
+    def published(self, run_id: str, sequence: int, change: SummaryChange | None, durable: bool) -> None:
         """After event `sequence` is published: keep the run catalogue (file stores)."""
         return None
 
@@ -153,10 +159,10 @@ class FileEventStore(EventStore):
     def run_dir(self, run_id: str) -> str:
         return f"{self.root}/events/{run_id}"
 
-    def publishing(self, run_id: str, sequence: int, change: tuple | None) -> None:
+    def publishing(self, run_id: str, sequence: int, change: SummaryChange | None) -> None:
         self.catalogue.intend(run_id, sequence, change)
 
-    def published(self, run_id: str, sequence: int, change: tuple | None, durable: bool) -> None:
+    def published(self, run_id: str, sequence: int, change: SummaryChange | None, durable: bool) -> None:
         self.catalogue.note(run_id, sequence, change, durable)
 
     def event_path(self, run_id: str, sequence: int) -> str:
@@ -429,7 +435,7 @@ class SqliteEventStore(EventStore):
 
     def enqueue(self, run_id: str, sequence: int, data: bytes, *, durable: bool,
                 idempotency_key: str | None, epoch: int = 0,
-                change: tuple | None = None) -> PendingAppend:
+                change: SummaryChange | None = None) -> PendingAppend:
         p = PendingAppend(run_id, sequence, data, durable, idempotency_key, epoch, self, change)
         with self._queue_cond:
             lost = self._lost.get(run_id)
@@ -474,7 +480,7 @@ class SqliteEventStore(EventStore):
     def _commit(self, batch: list[PendingAppend]) -> tuple[list[bool | None], BaseException | None]:
         rows = [(p.run_id, p.sequence, p.idempotency_key, p.data.decode("utf-8")) for p in batch]
         durable = False
-        changes: list[tuple | None] | None = None
+        changes: list[SummaryChange | None] | None = None
         for i, p in enumerate(batch):
             if p.durable:
                 durable = True
@@ -520,7 +526,7 @@ class SqliteEventStore(EventStore):
         self._queue = kept
 
     def commit_rows(self, rows: list[tuple], *, durable: bool,
-                    changes: list[tuple | None] | None = None) -> list[bool | None]:
+                    changes: list[SummaryChange | None] | None = None) -> list[bool | None]:
         """Insert rows `(run_id, sequence, idempotency_key, envelope)` in one transaction:
         True for a row inserted, False for one whose sequence (or idempotency key) is
         taken, None for a later row of that run, skipped. `changes` (parallel to rows)

@@ -1,4 +1,5 @@
-"""Incarnations: the log fences every executor of a run, with or without a lock (DESIGN §15).
+"""Incarnations: the log fences every executor of a run, with or without a lock: one
+executor per run, on every filesystem.
 
 1. Each execution of a run begins with `run.started {start: N}`, N one more than the
    starts its executor read; every record it writes afterwards carries `incarnation: N`.

@@ -1,6 +1,7 @@
 """Run locks the kernel holds: cross-process locks for virtual worlds on the local disk.
 
-The protocol (DESIGN §15), for a lock `name` under `<dataDir>/locks/`:
+The protocol (one executor per run, on every filesystem), for a lock `name` under
+`<dataDir>/locks/`:
 
 1. open (creating) `<name>.lock` and `flock(LOCK_EX | LOCK_NB)` it. Refused: another
    process holds it — `RunLockedError` at once, naming the pid it wrote (information for

@@ -110,8 +110,8 @@ MANIFEST_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class ArtifactManifest:
-    """An artifact's manifest (DESIGN §4). A frozen dataclass, so that opening a World
-    does not import pydantic (~90 ms)."""
+    """An artifact's manifest: what it is, whose, how big, its hash. A frozen dataclass, so
+    that opening a World does not import pydantic (~90 ms)."""
 
     artifact_id: str
     artifact_ref: str

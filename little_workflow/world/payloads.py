@@ -9,12 +9,13 @@ import math
 from typing import Any, Callable
 
 from ..errors import LittleWorkflowError
+from . import vocabulary
 from .ids import ARTIFACT_REF_PREFIX, canonical_json
 from .models import Event, FrozenDict, FrozenList
 
 #: A payload value whose canonical JSON is larger than this is stored as an artifact and
-#: referenced as `{"$ref": "artifact://…"}` (DESIGN §10: bounded events).
-INLINE_LIMIT = 64 * 1024
+#: referenced as `{"$ref": "artifact://…"}`.
+INLINE_LIMIT = vocabulary.INLINE_LIMIT
 REF_KEY = "$ref"
 #: Bytes of a spilled value's stand-in, `{"$ref":"artifact://art_<16 hex>"}`.
 REF_SIZE = len('{"$ref":"artifact://art_0123456789abcdef"}')

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import DocumentCorruptError
-from .files import WorldFiles
+from .files import FilesLike
 from .ids import utc_now_iso
 
 TOMBSTONE_DIR = "gc"
@@ -22,16 +22,16 @@ def tombstone_path(run_id: str) -> str:
     return f"{TOMBSTONE_DIR}/{run_id}.json"
 
 
-def marked_runs(files: WorldFiles) -> list[str]:
+def marked_runs(files: FilesLike) -> list[str]:
     """Run ids with a tombstone: deletions begun and not finished."""
     return [n[:-5] for n in files.list_dir(TOMBSTONE_DIR) if n.endswith(".json")]
 
 
-def is_marked(files: WorldFiles, run_id: str) -> bool:
+def is_marked(files: FilesLike, run_id: str) -> bool:
     return files.read_file(tombstone_path(run_id)) is not None
 
 
-def mark_for_deletion(files: WorldFiles, run_id: str, artifact_ids: list[str]) -> None:
+def mark_for_deletion(files: FilesLike, run_id: str, artifact_ids: list[str]) -> None:
     """Write the tombstone (atomically replaced, durable) before anything is removed."""
     files.write_document(tombstone_path(run_id), {
         "runId": run_id, "markedAt": utc_now_iso(), "artifactIds": sorted(artifact_ids),
@@ -46,7 +46,7 @@ def artifacts_by_run(world: Any) -> dict[str, list[str]]:
     return out
 
 
-def finish_deletion(files: WorldFiles, run_id: str, *, forget_artifact: Callable[[str], None],
+def finish_deletion(files: FilesLike, run_id: str, *, forget_artifact: Callable[[str], None],
                     remove_log: Callable[[str], int]) -> int:
     """Remove what the tombstone of `run_id` names — each artifact (then
     `forget_artifact(id)`), `runs/<runId>/`, then the log (`remove_log(run_id)`, which
@@ -71,14 +71,14 @@ def finish_deletion(files: WorldFiles, run_id: str, *, forget_artifact: Callable
     return freed
 
 
-def _remove_file(files: WorldFiles, rel: str) -> int:
+def _remove_file(files: FilesLike, rel: str) -> int:
     found = files.file_info(rel)
     if found is None or found.get("type") != "file":
         return 0
     return int(found.get("size") or 0) if files.remove_file(rel) else 0
 
 
-def _remove_tree(files: WorldFiles, rel: str) -> int:
+def _remove_tree(files: FilesLike, rel: str) -> int:
     """A folder and everything under it, files first, deepest first."""
     found = files.file_info(rel)
     if found is None:
@@ -90,7 +90,7 @@ def _remove_tree(files: WorldFiles, rel: str) -> int:
     return freed
 
 
-def tree_size(files: WorldFiles, rel: str) -> int:
+def tree_size(files: FilesLike, rel: str) -> int:
     """Bytes of the files under a folder (what removing it would free)."""
     found = files.file_info(rel)
     if found is None:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .identity import object_token
+from .vocabulary import RUN_ENDINGS
 
 #: Terminal events and the status they end a run with.
-TERMINAL_STATUS = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
+TERMINAL_STATUS = RUN_ENDINGS
 #: Ledgers are a cache of storage: past this many, the oldest of runs whose lock this
 #: process does not hold are dropped (reading the run again restores them, receipts too).
 MAX_IDLE_LEDGERS = 1024

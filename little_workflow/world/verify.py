@@ -60,7 +60,7 @@ def verify_world(world: Any) -> VerifyReport:
     Checks: every artifact re-hashed against its manifest and owned by a run that has a
     log; every run's log contiguous from sequence 1, self-consistent, and a history one
     executor at a time could write (no step committed twice, no record of an execution
-    after a newer one started, starts rising: DESIGN §15); every
+    after a newer one started, starts rising: one executor per run); every
     outer-loop manifest's finished cycles naming runs that have a log. A wiped event store
     under surviving artifacts is therefore not ok. `little verify` prints this report and
     exits 1 when it is not ok."""
@@ -118,7 +118,8 @@ def verify_world(world: Any) -> VerifyReport:
 
 def _check_one_executor(run_id: str, envelopes: list[dict[str, Any]],
                         report: VerifyReport) -> None:
-    """DESIGN §15: what no single executor writes (incarnations.history_problems)."""
+    """What no single executor writes, as one executor per run would not
+    (incarnations.history_problems)."""
     records = [(int(env["sequence"]), str(env.get("type")), env.get("payload"))
                for env in envelopes]
     for _, problem in history_problems(records):

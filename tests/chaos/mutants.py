@@ -33,21 +33,22 @@ def _cancel_keeps_sub_runs() -> None:
 
 
 def _catalogue_ignores_completed() -> None:
-    from little_workflow.world import append, catalogue, file_catalogue
+    from little_workflow.world import append
+    from little_workflow.world.catalogue import files, sqlite, summary
 
-    real = catalogue.summary_change
+    real = summary.summary_change
 
-    def summary_change(type_: str, payload: Any, created_at: str) -> tuple | None:
+    def summary_change(type_: str, payload: Any, created_at: str) -> Any:
         return None if type_ == "run.completed" else real(type_, payload, created_at)
 
-    for module in (catalogue, append, file_catalogue):
+    for module in (summary, append, files):
         module.summary_change = summary_change  # type: ignore[attr-defined]
-    real_fold = catalogue.fold_envelopes
+    real_fold = summary.fold_envelopes
 
     def fold_envelopes(run_id: str, envelopes: Any) -> Any:
         return real_fold(run_id, (e for e in envelopes if e.get("type") != "run.completed"))
 
-    for module in (catalogue, file_catalogue):
+    for module in (sqlite, files):
         module.fold_envelopes = fold_envelopes  # type: ignore[attr-defined]
 
 

@@ -1,0 +1,75 @@
+"""The World's door is typed (issue 33 item 1): runtime, ops, ext and the CLI use a World
+through `WorldLike` (world/protocol.py), `World` and `tracing_world` implement it, and
+mypy holds every user to it. mypy over the package may not find more errors than the
+baseline below: a file may lose errors, never gain them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+import little_workflow as lw
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: mypy errors per file, as they were when the door was typed: each one a debt, none new.
+BASELINE = {
+    "little_workflow/runtime/state.py": 1,
+    "little_workflow/world/append.py": 2,
+    "little_workflow/world/models.py": 2,
+}
+
+#: Code outside world/ reaching past the door: each line must be an error.
+BREACHES = '''
+from little_workflow.world.protocol import WorldLike
+
+def breaches(world: WorldLike) -> None:
+    world.state
+    world.events
+    world.logs
+    world.publisher
+    world.artifacts
+'''
+
+
+def mypy_errors(*extra: str) -> list[str]:
+    cache = os.path.join(tempfile.gettempdir(), "little-workflow-mypy-cache")
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", cache, "--no-error-summary",
+         "--show-absolute-path", "little_workflow", "fs_adapters", *extra],
+        cwd=ROOT, capture_output=True, text=True)
+    assert "error: " in out.stdout or out.returncode == 0, out.stdout + out.stderr
+    return [line for line in out.stdout.splitlines() if ": error: " in line]
+
+
+def test_mypy_finds_no_more_errors_than_the_baseline_and_every_breach_of_the_door(tmp_path):
+    breach_file = tmp_path / "breaches.py"
+    breach_file.write_text(BREACHES)
+    errors = mypy_errors(str(breach_file))
+    in_breaches = [e for e in errors if e.startswith(str(breach_file))]
+    reached = sorted(set(re.findall(r'has no attribute "(\w+)"', "\n".join(in_breaches))))
+    assert reached == ["artifacts", "events", "logs", "publisher", "state"], in_breaches
+    counts = Counter(os.path.relpath(e.split(":", 1)[0], ROOT) for e in errors
+                     if not e.startswith(str(breach_file)))
+    grown = {f: (n, BASELINE.get(f, 0)) for f, n in counts.items() if n > BASELINE.get(f, 0)}
+    assert not grown, "mypy errors above the baseline (found, allowed):\n" + "\n".join(
+        f"{f}: {n}" for f, n in grown.items()) + "\n" + "\n".join(errors)
+
+
+def test_a_tracing_world_opens_only_the_door(memory_world):
+    """What is not on the door (the event store, the shared storage state, the ledgers)
+    is not reachable through a tracing World either: it reads through what the door has
+    and reports each call."""
+    calls: list[str] = []
+    traced = lw.tracing_world(memory_world, calls.append)
+    for inside in ("state", "events", "logs", "publisher", "artifacts"):
+        assert not hasattr(traced, inside), inside
+    assert traced.storage_key == memory_world.storage_key
+    assert traced.data_dir == memory_world.data_dir and traced.files is memory_world.files
+    traced.append_event("run_door1", "t", {"n": 1})
+    assert traced.log_size("run_door1") == memory_world.log_size("run_door1") > 0
+    assert calls == ["append_event", "log_size"]
