@@ -141,7 +141,7 @@ def test_the_sweep_settles_a_run_whose_end_lost_its_summary(tmp_path):
     url = f"file://{tmp_path}/wf"
     world = lw.virtual_world(url)
 
-    @lw.workflow(id="wf")
+    @lw.workflow(id="wf", version="1")  # the child defines it anew: same version
     async def wf(ctx, input):
         return await ctx.step("one", lambda: 1)
 
@@ -163,7 +163,7 @@ def hooked(name):
     setattr(pub, name, write)
 for name in ("replace", "publish_if_absent"):
     hooked(name)
-@lw.workflow(id="wf")
+@lw.workflow(id="wf", version="1")
 async def wf(ctx, input):
     return await ctx.step("one", lambda: 1)
 lw.run_workflow(wf, None, world=w, run_id="run_a")

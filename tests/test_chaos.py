@@ -360,6 +360,10 @@ def chaos_on_azure(azurite: Any, seconds: float, workdir: str) -> Any:
             link.close()
 
 
+# Each chaos run is a dozen processes for a fixed number of seconds, and must see enough
+# runs in them: under xdist (`--dist loadgroup`) one worker runs the four in turn, so they
+# never starve each other of the machine's cores.
+@pytest.mark.xdist_group("chaos")
 @pytest.mark.parametrize("kind", ["local_world", "local-file", "s3", "azure"])
 def test_chaos_history_holds_every_rule(kind, tmp_path, request):
     result = chaos_on(kind, tmp_path, request)

@@ -170,6 +170,7 @@ def test_a_worker_counts_a_run_resumed_twice_once(proj):
 
     world_dir = str(proj / "data")
     sys.path.insert(0, str(proj))
+    sys.modules.pop("flows", None)  # another test's `flows` may be loaded in this process
     try:
         import flows
         with lw.local_world(world_dir) as world:

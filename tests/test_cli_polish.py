@@ -150,6 +150,9 @@ def test_runs_newest_first_full_ids_status_workflow_started_duration(proj, monke
     monkeypatch.chdir(proj)  # the steps note their calls in the current directory
     world = lw.local_world(str(proj / "d"))
     sys.path.insert(0, str(proj))
+    # Another test file may have imported its own `flows` in this process (xdist workers
+    # run files in any order): this test's module must be this project's.
+    sys.modules.pop("flows", None)
     try:
         import flows  # noqa: F401  (the user's module)
     finally:

@@ -98,6 +98,9 @@ def ledger_lines(path: str) -> dict[tuple[str, str], list[str]]:
     return tokens
 
 
+# Three worker processes against a time budget: under xdist (`--dist loadgroup`) it takes
+# its turn with the chaos runs (tests/test_chaos.py), never side by side with them.
+@pytest.mark.xdist_group("chaos")
 @pytest.mark.parametrize("kind", ["s3", "azure"])
 def test_workers_on_three_hosts_survive_sigkills(kind, request, tmp_path):
     import multihost_flows

@@ -34,6 +34,10 @@ import otel_flows  # noqa: E402
 EXPORTER = InMemorySpanExporter()
 READER = InMemoryMetricReader()
 
+# One worker runs this file, in one stretch, under xdist (`--dist loadgroup`): the global
+# providers below are set once per process, and READER can join only one MeterProvider.
+pytestmark = pytest.mark.xdist_group("otel")
+
 
 def unset_global_providers() -> None:
     """What OpenTelemetry's own test utilities do between tests (the API sets each global
@@ -168,6 +172,34 @@ def test_metrics_runs_by_status_step_duration_and_queue_wait() -> None:
     record_queue_wait(2.5, queue="otel-q", workflow_id="otel-queued")
     [wait] = points("lw.queue.wait", **{"lw.queue": "otel-q", "lw.workflow_id": "otel-queued"})
     assert (wait.count, wait.sum) == (1, 2.5)
+
+
+@lw.workflow(id="otel-queued-wait")
+async def queued_waiter(ctx: lw.RunContext, input: dict[str, Any]) -> Any:
+    return await ctx.wait_for_event("go", "go")
+
+
+def test_a_worker_records_the_queue_wait_of_a_queued_runs_first_start_only() -> None:
+    from little_workflow.testing import FakeClock
+
+    clock = FakeClock(start=1_800_000_000.0, stall_seconds=None)
+    world = lw.virtual_world(f"memory://otel-{uuid.uuid4().hex[:8]}", clock=clock)
+    lw.declare_queue(world, "otel-wait-q", concurrency=1)
+    handle = lw.enqueue(world, queued_waiter, {}, queue="otel-wait-q")
+    clock.advance(42)  # enqueued at the World clock's 0 s, started at its 42 s
+    worker = lw.Worker(world, workflows=[queued_waiter])
+    try:
+        worker.run_until_idle()
+        assert handle.status() == "waiting"
+        handle.send("go", {"ok": True})
+        clock.advance(100)
+        worker.run_until_idle()  # the resume takes a place again: not a start, no wait
+    finally:
+        worker.close()
+    assert handle.result(timeout=10) == {"ok": True}
+    [wait] = points("lw.queue.wait", **{"lw.queue": "otel-wait-q",
+                                        "lw.workflow_id": "otel-queued-wait"})
+    assert (wait.count, wait.sum) == (1, 42.0)
 
 
 def kill_when_blocked(kind: str, data_dir: str, spans_file: str, run_id: str,

@@ -18,6 +18,10 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+# One worker runs this file under xdist (`--dist loadgroup`): the module-scoped venv with
+# its editable install is then made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("plugin-venv")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def plugin_args() -> list[str]:

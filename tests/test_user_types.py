@@ -11,6 +11,10 @@ import textwrap
 
 import pytest
 
+# One worker runs this file under xdist (`--dist loadgroup`): its module-scoped mypy cache
+# is then built once, not once per worker (each cold build is tens of CPU-seconds).
+pytestmark = pytest.mark.xdist_group("mypy-cache")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 USER = '''

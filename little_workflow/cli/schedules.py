@@ -52,9 +52,11 @@ def list_command(as_json: bool, world: Any) -> None:
 @click.option("--input", "input_json", default="null", metavar="JSON", help="each run's input")
 @click.option("--catch-up", type=click.Choice(["none", "latest", "all"]), default="latest",
               show_default=True, help="what a worker that was down does with missed ticks")
+@click.option("--queue", "queue_name", default=None, metavar="Q",
+              help="enqueue each tick's run on queue Q (declared first)")
 @world_options
 def add_command(target: str, name: str, cron: str, timezone: str, input_json: str,
-                catch_up: str, world: Any) -> None:
+                catch_up: str, queue_name: str | None, world: Any) -> None:
     """Add the schedule NAME (replacing one of that name) for MODULE:WORKFLOW."""
     wf = load_workflow(target)
     try:
@@ -62,6 +64,7 @@ def add_command(target: str, name: str, cron: str, timezone: str, input_json: st
     except ValueError as e:
         raise UserError(f"--input is not valid JSON: {e}") from None
     s = lw.add_schedule(world, name, wf, cron=cron, timezone=timezone, input=value,
+                        queue=queue_name,
                         catch_up=catch_up)  # type: ignore[arg-type]  # click.Choice checked it
     click.echo(f"schedule {s.name}: {s.workflow_id} at {s.cron!r} ({s.timezone}), "
                f"next tick {s.next_tick.isoformat() if s.next_tick else '-'}")

@@ -32,10 +32,11 @@ import logging
 from typing import Any, Callable
 
 from ..errors import LittleWorkflowError, QueueNotFoundError, RunLockedError
-from ..world.clock import to_iso
+from ..world.clock import from_iso, to_iso
 from .queue_layout import key_slot_name, not_before, queue_dir, queue_fields, slot_name
 from .queues import RATE_MINUTES, UNBORN_CLAIM_SECONDS, debounce_holder, read_queue
 from .state import TERMINAL_STATUSES, RunLog
+from .telemetry import record_queue_wait
 
 log = logging.getLogger("little_workflow.worker")
 
@@ -271,6 +272,10 @@ class QueuePicker:
             slots = ([place] if place is not True else []) + held
             for slot in slots:
                 slot.fence(cand.run_id)
+            if counted and run_log.first_created_at is not None:
+                # From enqueue (run.created's time) to this start, both the World's clock.
+                record_queue_wait(at - from_iso(run_log.first_created_at), queue=name,
+                                  workflow_id=(run_log.created or {}).get("workflowId"))
             return Admission(cand.run_id, cand.workflow, run_log, name, counted, at, lock, slots)
         except BaseException:
             for slot in held:

@@ -33,6 +33,7 @@ from ..errors import (
 from ..world.clock import to_iso
 from ..world.ids import content_hash, new_run_id, validate_run_id
 from .active_index import active_run_ids
+from .deadlines import Deadline, deadline_record, seconds_of
 from .handles import RunHandle
 from .queue_layout import (
     QUEUE_NAME_RE,
@@ -301,6 +302,7 @@ def enqueue(
     on_duplicate: Literal["return", "raise"] = "return",
     debounce: float | None = None,
     run_id: str | None = None,
+    deadline: Deadline | None = None,
 ) -> RunHandle[Out]:
     """Put a run of `wf` on `queue` (declared first: `QueueNotFoundError`); a worker starts
     it within the queue's limits, by `priority` (lower first), then enqueue order. Returns
@@ -312,6 +314,9 @@ def enqueue(
     - `debounce=seconds`: the run starts no earlier than `seconds` after this enqueue;
       enqueueing again with the same key within that window cancels the pending run
       (reason "debounced") and enqueues this input instead (the handle is the new run's).
+    - `deadline`: a timedelta or seconds (default: the workflow's `timeout`), counted from
+      the run's creation; a run still unfinished then is cancelled (reason "deadline"),
+      by a worker's sweep if it is still waiting for a place.
 
     The input is validated (`SchemaValidationError`) before anything is written."""
     from .api import resolve_world
@@ -323,6 +328,7 @@ def enqueue(
     world = resolve_world(world)
     read_queue(world, queue)
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
+    seconds = seconds_of(deadline, f"the deadline of run {run_id}")
     value = input_json(wf, input, run_id)
     if dedup_id is not None:
         holder = _claim_dedup(world, queue, dedup_id, run_id)
@@ -338,16 +344,32 @@ def enqueue(
     if dedup_id is not None:
         fields["dedupId"] = dedup_id
     fields["order"] = next_order(world, queue)
-    create_queued_run(world, wf, value, run_id, fields)
+    create_queued_run(world, wf, value, run_id, fields,
+                      wf.timeout if seconds is None else seconds)
     if replaced is not None:
         _cancel_debounced(world, replaced)
     return RunHandle(world, run_id, wf)
 
 
+def enqueue_tick(world: Any, wf: Workflow[Any, Any], value: Any, *, queue: str, run_id: str,
+                 extra: dict[str, Any]) -> None:
+    """A schedule's tick through its queue (schedules.py): the run `run_id` (the tick's
+    deterministic id) put on `queue` with `value` (already validated), default key and
+    priority — or nothing, when another worker that found the same tick due created it."""
+    read_queue(world, queue)
+    if _run_state(world, run_id).created is not None:
+        return  # most workers that find the tick handled late stop here, taking no number
+    fields: dict[str, Any] = {"name": queue, "key": None, "priority": 0,
+                              "order": next_order(world, queue)}
+    create_queued_run(world, wf, value, run_id, fields, wf.timeout, extra=extra, exists_ok=True)
+
+
 def create_queued_run(world: Any, wf: Workflow[Any, Any], value: Any, run_id: str,
-                      fields: dict[str, Any]) -> None:
-    """Write the queued run (as `start_workflow` writes a run, with `queue` in its
-    `run.created`) and wake this process's workers."""
+                      fields: dict[str, Any], deadline_seconds: float | None = None, *,
+                      extra: dict[str, Any] | None = None, exists_ok: bool = False) -> None:
+    """Write the queued run (as `start_workflow` writes a run, with `queue`, its deadline
+    `deadline_seconds` from now, and `extra` in its `run.created`) and wake this process's
+    workers. A run of that id existing already is an error unless `exists_ok`."""
     from .context import RunContext
     from .runner import create_run_sync
     from .waiting import notify_run
@@ -355,11 +377,15 @@ def create_queued_run(world: Any, wf: Workflow[Any, Any], value: Any, run_id: st
     with world.run_lock(run_id):
         log = _run_state(world, run_id)
         if log.created is not None:
+            if exists_ok:
+                return
             raise RunFinishedError(run_id, log.status, "run.created") if log.status in TERMINAL_STATUSES \
                 else ValueError(f"run {run_id} exists already: enqueue makes a new run "
                                 "(run_id=None gives a fresh id)")
         ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=value, log=log)
-        create_run_sync(ctx, wf, value, content_hash(value), {"queue": fields})
+        create_run_sync(ctx, wf, value, content_hash(value), {
+            **(extra or {}), "queue": fields,
+            **deadline_record(world.clock.now(), deadline_seconds)})
     notify_run(world, run_id)
 
 

@@ -29,7 +29,6 @@ schedule's removal was read.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 import time
@@ -175,13 +174,13 @@ def list_schedules(world: Any) -> list[Schedule]:
 
 
 def _check_queue(world: Any, name: str, queue: Any) -> None:
+    """A schedule's queue is declared before the schedule (`QueueNotFoundError`), as
+    before any enqueue: a tick on a queue nobody declared would start nothing."""
+    from .queues import read_queue
+
     if not isinstance(queue, str):
         raise ScheduleError(name, f"queue is a queue name, not {queue!r}")
-    try:
-        importlib.import_module(".queues", __package__)
-    except ImportError:
-        raise ScheduleError(name, "this version of little-workflow has no queues "
-                            "(lw.enqueue): leave queue= out") from None
+    read_queue(world, queue)
 
 
 def _read_all(world: Any) -> list[dict[str, Any]]:
@@ -316,17 +315,18 @@ class ScheduleTicker:
 
     def _start(self, doc: dict[str, Any], wf: Workflow[Any, Any], tick: float) -> str:
         from .control import create_unless_exists
+        from .queues import enqueue_tick
+        from .runner import input_json
 
         run_id = tick_run_id(doc["name"], tick)
         queue = doc.get("queue")
+        origin = {"schedule": {"name": doc["name"], "tick": to_iso(tick)}}
         try:
             if queue is not None:
-                enqueue = importlib.import_module(".queues", __package__).enqueue
-                enqueue(self.world, wf, doc.get("input"), queue=queue, run_id=run_id)
+                enqueue_tick(self.world, wf, input_json(wf, doc.get("input"), run_id),
+                             queue=queue, run_id=run_id, extra=origin)
             else:
-                create_unless_exists(wf, doc.get("input"), self.world, run_id,
-                                     extra={"schedule": {"name": doc["name"],
-                                                         "tick": to_iso(tick)}})
+                create_unless_exists(wf, doc.get("input"), self.world, run_id, extra=origin)
         except RunLockedError:
             pass  # another worker is creating this tick's run right now
         return run_id
