@@ -11,7 +11,7 @@ import little_workflow as lw
 from fs_adapters.azure_blob import AzureBlobPublisher
 
 #: As on S3 (tests/test_s3_request_counts.py): the same writes and reads, one request each.
-RUN_REQUESTS = 33
+RUN_REQUESTS = 32
 
 
 @lw.workflow(id="az-req-steps")
