@@ -573,8 +573,8 @@ def p13(row: Any) -> None:
         f"per step (the whole {P13_STEPS}-step run by method: {by_method})", None, "—")
     row("P13 S3 World: requests per run (start, lock, index, end: a 0-step run)",
         f"{s3['run_overhead_requests']} requests, {s3['run_overhead_ms']:.0f} ms", None, "—")
-    row("P13 S3 World: one worker sweep with nothing to do",
-        f"{s3['sweep_requests_idle']} requests", None, "—")
+    row("P13 S3 World: a worker's sweeps with nothing to do (the first looks at the schedules)",
+        f"first {s3['sweep_requests_idle']}, next {s3['sweep_requests_next']} requests", None, "—")
     row("P13 S3 World: a held run lock's renewals",
         f"{s3['renewals_per_lease']:.1f} requests per lease", None, "—")
 

@@ -232,12 +232,23 @@ class AzureBlobPublisher(Publisher):
         return True
 
     def list_names(self, path: str) -> list[str]:
-        self.fs.invalidate_cache(path)  # adlfs caches listings per instance
-        try:
-            entries = self._retrying(path, "listing", lambda: self.fs.ls(path, detail=False))
-        except FileNotFoundError:
-            return []
-        names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
+        """The names one level under `path` (blobs and folders): one List Blobs request
+        per 5,000 names. adlfs's `ls` sends two (the prefix without its slash, to find a
+        blob of that name, then with it) and three for an empty prefix: one more on
+        every idle sweep, as the active index is empty then."""
+        from fsspec.asyn import sync
+
+        container, blob, _ = self.fs.split_path(path)
+        prefix = blob.strip("/") + "/" if blob.strip("/") else ""
+
+        async def walk() -> list[str]:
+            client = self.fs.service_client.get_container_client(container)
+            async with client:
+                return [item.name async for item in
+                        client.walk_blobs(name_starts_with=prefix or None, delimiter="/")]
+
+        found = self._retrying(path, "listing", lambda: sync(self.fs.loop, walk))
+        names = {name[len(prefix):].rstrip("/") for name in found}
         return sorted(n for n in names if n and not is_temp_name(n))
 
     def cross_process_locks(self, root: str) -> AzureBlobLocks:

@@ -153,32 +153,34 @@ class ObjectStorePublisher(Publisher):
             raise storage_error(e, path, "writing") from e
 
     def read(self, path: str) -> bytes | None:
-        try:
-            return bytes(self.fs.cat_file(path))
-        except IsADirectoryError:
-            return None
-        except FileNotFoundError as e:
-            found = s3_error_code(e)
-            if found is not None and found[0] == "NoSuchBucket":
-                raise storage_error(e, path, "reading") from e
-            return None
-        except STORE_ERRORS as e:
-            raise storage_error(e, path, "reading") from e
+        """One GET (s3fs's `cat_file` sends a HEAD for the size first, and for a missing
+        key a LIST too, to look for a folder of that name)."""
+        found = self.read_versioned(path)
+        return None if found is None else found[0]
 
     def ensure_dir(self, path: str, *, durable: bool = True) -> None:
         return None  # object stores have no directories
 
     def list_names(self, path: str) -> list[str]:
-        try:
-            entries = self.fs.ls(path, detail=False, refresh=True)
-        except FileNotFoundError as e:
-            found = s3_error_code(e)
-            if found is not None and found[0] == "NoSuchBucket":
+        """The names one level under `path` (keys and folders): one `ListObjectsV2`
+        request per 1,000 names. s3fs's `ls` lists the parent too when a prefix is
+        empty (to tell a missing folder from a file): a second request on every idle
+        sweep, as the active index is empty then."""
+        bucket, _, key = self.fs._strip_protocol(path).strip("/").partition("/")
+        prefix = key.rstrip("/") + "/" if key else ""
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        names: set[str] = set()
+        while True:
+            try:
+                answer = self.fs.call_s3("list_objects_v2", **args)
+            except STORE_ERRORS as e:
                 raise storage_error(e, path, "listing") from e
-            return []
-        except STORE_ERRORS as e:
-            raise storage_error(e, path, "listing") from e
-        names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
+            names.update(item["Key"][len(prefix):] for item in answer.get("Contents", []))
+            names.update(p["Prefix"][len(prefix):].rstrip("/")
+                         for p in answer.get("CommonPrefixes", []))
+            if not answer.get("IsTruncated"):
+                break
+            args["ContinuationToken"] = answer["NextContinuationToken"]
         return sorted(n for n in names if n and not is_temp_name(n))
 
     def list_page(self, path: str, start_after: str, limit: int) -> list[str] | None:

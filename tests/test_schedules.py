@@ -374,8 +374,8 @@ def test_schedules_cost_an_idle_sweep_nothing_after_the_first(moto_s3):
     first, second = sweep_requests(moto_s3, 5)
     print(f"\nS3 requests per idle sweep: no schedules {base_first} then {base_second}; "
           f"5 schedules {first} then {second}")
-    # The first sweep lists schedules/ and reads each schedule and its ticks document (a
-    # missing object costs a HEAD and a GET: 14 requests for 5 schedules, measured)...
-    assert first <= base_first + 1 + 3 * 5
+    # The first sweep lists schedules/ and reads each schedule and its ticks document (one
+    # GET each, found or not: 10 requests for 5 schedules, measured)...
+    assert first <= base_first + 1 + 2 * 5
     # ...later sweeps (until REFRESH_SECONDS pass) decide from what it read.
     assert second == base_second

@@ -87,7 +87,7 @@ def test_sweep_requests_do_not_grow_with_finished_runs(moto_s3):
     assert big_first <= 1.2 * small_first
     assert big_second <= 1.2 * small_second
     # One listing of the index plus about one listing per active run: nothing per finished
-    # run. The first sweep also looks for schedules (2 requests; then once per
+    # run. The first sweep also looks for schedules (1 request; then once per
     # schedules.REFRESH_SECONDS, not per sweep: test_schedules).
     assert small_first <= 1 + 4 * ACTIVE + 2 and small_second <= 1 + ACTIVE
 

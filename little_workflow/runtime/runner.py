@@ -11,6 +11,7 @@ import functools
 import signal
 import threading
 import traceback
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, Coroutine, TypeVar
@@ -141,10 +142,23 @@ async def offload(world: WorldLike, fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
+#: The version records each World (this object) has found or written: a record is never
+#: changed nor removed, so later runs need not look for it (a request per run on an
+#: object store).
+_versions_seen: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
 def register_version(world: WorldLike, wf: Workflow[Any, Any]) -> None:
+    try:
+        seen = _versions_seen.setdefault(world, set())
+    except TypeError:  # a World that cannot be weakly referenced: look each time
+        seen = set()
+    if wf.version_id in seen:
+        return
     path = f"workflow-versions/{wf.version_id}.json"
     if world.file_info(path) is None:
         world.create_document(path, wf.version_record())
+    seen.add(wf.version_id)
 
 
 async def arun_single(
