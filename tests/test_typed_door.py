@@ -18,7 +18,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: mypy errors per file, as they were when the door was typed: each one a debt, none new.
 BASELINE = {
-    "little_workflow/runtime/state.py": 1,
     "little_workflow/world/append.py": 2,
     "little_workflow/world/models.py": 2,
 }

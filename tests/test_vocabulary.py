@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from little_workflow.runtime.state import RunLog
-from little_workflow.world.catalogue import RunSummary, fold_envelopes
+from little_workflow.runtime.state import RunLog, SubRunCall, TimerRecord, WaitRecord
+from little_workflow.world.catalogue import RunSummary, SummaryDoc, fold_envelopes
 from little_workflow.world.models import Event
 from little_workflow.world.vocabulary import (
     FINISHED_STATUSES,
@@ -84,3 +84,44 @@ def test_status_after_ends_a_run_once_its_ending_event_comes_and_nothing_else_mo
 
 def test_a_run_summary_status_is_a_run_status():
     assert RunSummary.__annotations__["status"] == "RunStatus"
+
+
+def keys_fit(record: dict, shape: type) -> bool:
+    """Whether a record has every key its TypedDict requires and no key it does not name."""
+    required = shape.__required_keys__  # type: ignore[attr-defined]
+    return required <= record.keys() <= set(shape.__annotations__)
+
+
+def test_the_typed_run_data_names_every_key_the_folds_write():
+    """`SummaryDoc` (the catalogue's stored summary) and RunLog's `TimerRecord`,
+    `WaitRecord`, `SubRunCall` describe what the folds actually make, for any log."""
+    rng = random.Random(34)
+    for _ in range(1500):
+        log = random_log(rng)
+        if rng.random() < 0.3:
+            call = f"call-{rng.randrange(2)}-child"
+            log.append(rng.choice([
+                ("harness.tool_call.started", {"callPath": call, "name": "child",
+                                               "args": {"subRunId": "run_child1"}}),
+                ("harness.tool_call.succeeded", {"callPath": call, "callKey": "k", "result": 1}),
+            ]))
+        run_log, summary = both_folds(log)
+        assert summary is not None and keys_fit(summary, SummaryDoc), (log, summary)
+        for timer in run_log.timers.values():
+            assert keys_fit(timer, TimerRecord), (log, timer)
+        for wait in run_log.waits.values():
+            assert keys_fit(wait, WaitRecord), (log, wait)
+        for sub in run_log.sub_runs.values():
+            assert keys_fit(sub, SubRunCall), (log, sub)
+
+
+def test_a_stored_summary_is_a_summary_doc(memory_world, local_world_):
+    for world in (memory_world, local_world_):
+        world.append_event("run_shape1", "run.created", {"workflowId": "wf"})
+        world.append_event("run_shape1", "run.started", {"start": 1})
+        world.append_event("run_shape1", "wait.started", {"stepPath": "w#1", "name": "go",
+                                                          "deadline": None})
+        doc = world.catalogue.summary("run_shape1")
+        assert doc is not None and doc["status"] == "waiting", doc
+        assert keys_fit(doc, SummaryDoc), doc
+        assert RunSummary.from_doc(doc).waiting == doc["waiting"]

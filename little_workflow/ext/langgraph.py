@@ -56,6 +56,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "little_workflow.ext.langgraph needs LangGraph: pip install 'little-workflow[langgraph]'"
     ) from e
 
+from ..world.protocol import WorldLike
+
+# Once defined here; the World owns it now, and the old import path keeps working.
+from ..world.vocabulary import INLINE_LIMIT as INLINE_LIMIT
 from .langgraph_store import (
     LRU,
     CheckpointDataError,
@@ -74,8 +78,6 @@ from .langgraph_store import (
 
 __all__ = ["CheckpointDataError", "WorldCheckpointSaver", "thread_owner_run_id"]
 
-#: The World's inline limit (values larger than this in an event are artifacts).
-INLINE_LIMIT = 64 * 1024
 #: A serialized channel value up to this size is kept in the checkpoint record itself.
 INLINE_VALUE = 1024
 #: Bytes of list items kept in memory to diff a list's next version against (per saver).
@@ -159,7 +161,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
     `local_world` keeps them in events (one SQLite commit a record), others in files.
     """
 
-    def __init__(self, world: Any, *, serde: SerializerProtocol | None = None,
+    def __init__(self, world: WorldLike, *, serde: SerializerProtocol | None = None,
                  layout: str | None = None) -> None:
         super().__init__(serde=serde)
         if layout not in (None, "files", "events"):

@@ -55,9 +55,11 @@ from little_workflow.errors import (
     RunLockedError,
     RuntimeIntegrityError,
 )
+from little_workflow.world.protocol import WorldLike
+from little_workflow.world.vocabulary import LANGGRAPH_THREAD_EVENT
 
 THREADS_DIR = "langgraph/threads"
-THREAD_EVENT = "langgraph.thread"
+THREAD_EVENT = LANGGRAPH_THREAD_EVENT
 CHECKPOINT_EVENT = "langgraph.checkpoint"
 WRITES_EVENT = "langgraph.writes"
 DELETED_EVENT = "langgraph.deleted"
@@ -257,7 +259,7 @@ def merge_writes(rows: Iterable[tuple[int, WriteRow]]) -> list[WriteRow]:
 class FilesLayout:
     name = "files"
 
-    def __init__(self, world: Any):
+    def __init__(self, world: WorldLike):
         self.world = world
         self._lock = threading.Lock()
         # (owner, nsKey, id) -> file name (with tags): found by puts and listings.
@@ -490,7 +492,7 @@ def _b64(data: bytes) -> str:
 class EventsLayout:
     name = "events"
 
-    def __init__(self, world: Any):
+    def __init__(self, world: WorldLike):
         self.world = world
         self._lock = threading.Lock()
         self._logs: LRU = LRU(256)
@@ -774,7 +776,7 @@ class LegacyLayout:
 
     name = "legacy"
 
-    def __init__(self, world: Any):
+    def __init__(self, world: WorldLike):
         self.world = world
 
     def thread_dir(self, th: Thread) -> str:
@@ -866,7 +868,7 @@ class LegacyLayout:
 class Threads:
     """Finds, creates, lists and compacts threads; the layouts do the storing."""
 
-    def __init__(self, world: Any, preferred: str):
+    def __init__(self, world: WorldLike, preferred: str):
         self.world = world
         self.preferred = preferred
         self.layouts: dict[str, Any] = {"files": FilesLayout(world), "events": EventsLayout(world)}
@@ -1147,7 +1149,7 @@ def copy_records(threads: Threads, src: Thread, dst: Thread) -> None:
 
 # --- what `little runs` and `little ui` show of a thread -------------------------------------
 
-def describe_thread(world: Any, run_id: str) -> dict[str, Any] | None:
+def describe_thread(world: WorldLike, run_id: str) -> dict[str, Any] | None:
     """A thread owner run as a thread: its thread id, how many checkpoints its root graph
     holds, and the node(s) that ran in the step its newest checkpoint records (None when
     that is not known: the input checkpoint, or writes stored by another process). None

@@ -88,8 +88,8 @@ def _pending_in(world: WorldLike, run_id: str, events: list[Event], *,
              if e.type == "wait.started" and isinstance(e.payload, dict) and "request" in e.payload}
     out = []
     for path, started in asked.items():
-        wait = log.waits.get(path) or {}
-        if wait.get("completed") or wait.get("timedOutAt") is not None:
+        wait = log.waits.get(path)
+        if wait is not None and (wait.get("completed") or wait.get("timedOutAt") is not None):
             continue
         request = stored_value(world, started.payload["request"])
         if not isinstance(request, dict) or request.get("kind") != TOOL_APPROVAL:

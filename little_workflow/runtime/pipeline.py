@@ -23,6 +23,7 @@ from ..errors import (
 )
 from ..world.ids import canonical_json, sha256_hex
 from .deadlines import deadline_of
+from .state import SubRunCall
 from .steps import error_record
 from .telemetry import step_attempt
 from .values import decode_output, encode_input, output_json, stored_value
@@ -61,7 +62,7 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
     member = available[name]
     index = ctx.next_call_index()
     call_path = f"call-{index}-{name}"
-    recorded = ctx.log.sub_runs.get(call_path)
+    recorded: SubRunCall | None = ctx.log.sub_runs.get(call_path)
     if recorded is not None:
         ctx.asked(("call", call_path))
     if recorded is not None and recorded.get("status") == "succeeded":

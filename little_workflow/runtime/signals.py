@@ -23,7 +23,7 @@ from ..world.ids import validate_run_id
 from ..world.models import Event, thaw
 from ..world.protocol import WorldLike
 from .codec import PLAIN, Codec, ValueCodecError, encode_untyped
-from .state import TERMINAL_STATUSES, RunLog
+from .state import TERMINAL_STATUSES, RunLog, WaitRecord
 from .telemetry import TRACE_CONTEXT, link_event, trace_fields
 from .values import decode_stored, stored_value
 from .waiting import RunSuspended, notify_run
@@ -54,7 +54,7 @@ def signal_payload(ctx: Any, sequence: int | None, codec: Codec = PLAIN, path: s
     return None
 
 
-def waiting_for(path: str, rec: dict[str, Any]) -> dict[str, Any]:
+def waiting_for(path: str, rec: WaitRecord) -> dict[str, Any]:
     return {"kind": "event", "stepPath": path, "name": rec["name"], "deadline": rec["deadline"]}
 
 
@@ -67,7 +67,7 @@ async def wait_for_event(ctx: Any, path: str, name: str, timeout: float | None,
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
         raise StepError(ctx.run_id, path, f"timeout is a number of seconds or None, not {timeout!r}")
     log = ctx.log
-    rec = log.waits.get(path)
+    rec: WaitRecord | None = log.waits.get(path)
     if rec is not None:
         ctx.asked(("wait", path))
     if ctx.replaying:

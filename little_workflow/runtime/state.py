@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Required, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -32,6 +32,38 @@ class StepRecord:
     finished_at: int = 0  # the sequence that finished it: that success, or its last failure
 
 
+class TimerRecord(TypedDict, total=False):
+    """A durable sleep the log holds (`timer.scheduled`, `timer.fired`), by step path."""
+
+    sequence: Required[int]  # of the event that first named it
+    wakeAt: str | None
+    fired: bool
+    firedAt: int  # the sequence of the first timer.fired
+
+
+class WaitRecord(TypedDict, total=False):
+    """A wait for an event the log holds (`wait.started` … `wait.completed`), by step path."""
+
+    sequence: Required[int]  # of the event that first named it
+    name: str | None
+    deadline: str | None
+    timedOutAt: int | None  # the sequence of its wait.timed_out
+    completed: bool
+    completedAt: int  # the sequence of the first wait.completed
+    signalSequence: int | None  # the signal.received it took
+
+
+class SubRunCall(TypedDict, total=False):
+    """A workflow called as a sub-run (`harness.tool_call.*` with a `subRunId`), by call
+    path; a call whose started event was not folded has only `status` and `result`."""
+
+    sequence: int  # of its harness.tool_call.started
+    subRunId: str
+    name: str | None
+    status: str  # started | succeeded
+    result: Any
+
+
 @dataclass
 class RunLog:
     """What the committed events say about a run."""
@@ -51,14 +83,14 @@ class RunLog:
     starts: int = 0
     steps: dict[str, StepRecord] = field(default_factory=dict)
     harness_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # callKey -> payload
-    sub_runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # call path -> info
+    sub_runs: dict[str, SubRunCall] = field(default_factory=dict)  # call path -> info
     plans_reused: dict[str, dict[str, Any]] = field(default_factory=dict)
     memory_reads: dict[tuple[str, str, int], Any] = field(default_factory=dict)  # (scope, path, i)
     last_sequence: int = 0
     # durable time and messages (timers.py, signals.py)
-    timers: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> scheduled/fired
-    waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> started/outcome
-    signals: list[tuple[int, str, Any]] = field(default_factory=list)  # (sequence, name, payload)
+    timers: dict[str, TimerRecord] = field(default_factory=dict)  # path -> scheduled/fired
+    waits: dict[str, WaitRecord] = field(default_factory=dict)  # path -> started/outcome
+    signals: list[tuple[int, str | None, Any]] = field(default_factory=list)  # (sequence, name, payload)
     signal_traces: dict[int, Any] = field(default_factory=dict)  # sequence -> sender's trace context
     taken: set[int] = field(default_factory=set)  # signal sequences a wait took
     open_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # what `waiting` waits for
@@ -158,14 +190,15 @@ class RunLog:
                 self.harness_results[key] = p
             call_path = p.get("callPath")
             if t == "harness.tool_call.succeeded" and isinstance(call_path, str):
-                self.sub_runs.setdefault(call_path, {}).update(status="succeeded", result=p.get("result"))
+                done = self.sub_runs.setdefault(call_path, {})
+                done["status"], done["result"] = "succeeded", p.get("result")
         elif t == "harness.tool_call.started":
             call_path = p.get("callPath")
             args = p.get("args")
             if isinstance(call_path, str) and isinstance(args, dict) and "subRunId" in args:
                 call = self.sub_runs.setdefault(call_path, {})
                 call.setdefault("sequence", e.sequence)
-                call.update(subRunId=args["subRunId"], status="started", name=p.get("name"))
+                call["subRunId"], call["status"], call["name"] = args["subRunId"], "started", p.get("name")
         elif t == "memory.read":
             scope, path, index = p.get("scope"), p.get("path"), p.get("index")
             if isinstance(scope, str) and isinstance(path, str) and isinstance(index, int):

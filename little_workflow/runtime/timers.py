@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import uuid as uuid_module
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ClockStalledError, ReplayDivergenceError, StepError
 from ..world.clock import from_iso, to_epoch, to_iso
+from .state import TimerRecord
 from .values import stored_value
 from .waiting import RunSuspended
 
@@ -26,7 +27,7 @@ def _check_cancel(ctx: Any) -> None:
 
 async def sleep_until(ctx: Any, path: str, when: float | None, seconds: float | None) -> None:
     ctx.claim_path(path)
-    rec = ctx.log.timers.get(path)
+    rec: TimerRecord | None = ctx.log.timers.get(path)
     if rec is not None:
         ctx.asked(("timer", path))
     if ctx.replaying:
@@ -47,7 +48,8 @@ async def sleep_until(ctx: Any, path: str, when: float | None, seconds: float | 
         wake_iso = to_iso(when)
         await ctx.append("timer.scheduled", {"stepPath": path, "wakeAt": wake_iso})
     else:
-        wake_iso = rec["wakeAt"]
+        # Not fired, so folded from its timer.scheduled, which always names the time.
+        wake_iso = cast(str, rec["wakeAt"])
     wake = from_iso(wake_iso)
     if wake > clock.now() and getattr(ctx, "suspend", False):
         raise RunSuspended(ctx.run_id, {"kind": "sleep", "stepPath": path, "wakeAt": wake_iso})

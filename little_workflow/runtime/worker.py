@@ -117,8 +117,8 @@ class Worker:
                 if w.get("wakeAt") and from_iso(w["wakeAt"]) <= now:
                     return True
                 continue
-            rec = run_log.waits.get(path) or {}
-            if rec.get("timedOutAt") is not None or pick_signal(run_log, w["name"]) is not None:
+            rec = run_log.waits.get(path)
+            if (rec is not None and rec.get("timedOutAt") is not None) or pick_signal(run_log, w["name"]) is not None:
                 return True
             if w.get("deadline") and from_iso(w["deadline"]) <= now:
                 return True

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LittleWorkflowError
-from .catalogue import fold_envelopes, summary_lags
+from .catalogue import SummaryDoc, fold_envelopes, summary_lags
 from .ids import RUN_ID_RE, event_id, find_artifact_refs, request_digest
 from .incarnations import history_problems
 
@@ -79,7 +79,7 @@ def verify_world(world: Any) -> VerifyReport:
             report.add("artifacts", f"orphan artifact {aid}: run {owner} has no event log")
     _check_outer_loop_manifests(world, logged, report)
     events = world.events
-    folds: dict[str, dict[str, Any] | None] = {}
+    folds: dict[str, SummaryDoc | None] = {}
     for run_id in runs:
         report.runs_checked += 1
         sequences = events.listed_sequences(run_id)
@@ -126,12 +126,12 @@ def _check_one_executor(run_id: str, envelopes: list[dict[str, Any]],
         report.add(run_id, problem)
 
 
-def _check_catalogue(world: Any, folds: dict[str, dict[str, Any] | None], logged: set[str],
+def _check_catalogue(world: Any, folds: dict[str, SummaryDoc | None], logged: set[str],
                      report: VerifyReport) -> None:
     """The catalogue against the logs (`folds`: each readable log folded, by run id):
     every summary, then every index entry."""
     catalogue = world.catalogue
-    docs: dict[str, dict[str, Any]] = {}
+    docs: dict[str, SummaryDoc] = {}
     for run_id in catalogue.summarized_runs():
         doc = catalogue.summary(run_id)
         if doc is None:

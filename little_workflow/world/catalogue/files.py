@@ -62,7 +62,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 
 from ..ids import RUN_ID_RE, sha256_hex
 from ..publish import Publisher
@@ -71,6 +71,7 @@ from .summary import (
     MAX_US,
     STATUSES,
     SummaryChange,
+    SummaryDoc,
     apply_change,
     changes_status,
     created_us,
@@ -114,11 +115,13 @@ def entry_path(key: str) -> str:
     return "/".join(key[lo:hi] for lo, hi in BUCKETS) + "/" + key
 
 
-def without_pending(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k != "pending"}
+def without_pending(doc: SummaryDoc) -> SummaryDoc:
+    summary: SummaryDoc = {**doc}
+    summary.pop("pending", None)
+    return summary
 
 
-def pending_of(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+def pending_of(doc: SummaryDoc | None) -> dict[str, Any] | None:
     """A document's `pending` mark, if it announces a change after its sequence."""
     mark = doc.get("pending") if doc is not None else None
     if isinstance(mark, dict) and isinstance(mark.get("sequence"), int) \
@@ -127,7 +130,7 @@ def pending_of(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def mark_statuses(doc: dict[str, Any] | None) -> set[str]:
+def mark_statuses(doc: SummaryDoc | None) -> set[str]:
     """The statuses a document's `pending` mark (and the marks it replaced) announced."""
     mark = doc.get("pending") if doc is not None else None
     if not isinstance(mark, dict):
@@ -136,7 +139,7 @@ def mark_statuses(doc: dict[str, Any] | None) -> set[str]:
     return {s for s in found if isinstance(s, str) and s in STATUSES}
 
 
-def young_mark(doc: dict[str, Any], now: float) -> bool:
+def young_mark(doc: SummaryDoc, now: float) -> bool:
     """A `pending` mark that may still be a change on its way (a mark a cut left before
     its event is published looks the same until it is old)."""
     mark = doc.get("pending")
@@ -149,7 +152,7 @@ def young_mark(doc: dict[str, Any], now: float) -> bool:
     return made > now - ORPHAN_GRACE_SECONDS
 
 
-def sequence_of(doc: dict[str, Any] | None) -> int:
+def sequence_of(doc: SummaryDoc | None) -> int:
     return int(doc.get("sequence") or 0) if doc is not None else 0
 
 
@@ -177,29 +180,30 @@ class FileCatalogue:
 
     # ---- which entries a summary needs ----
 
-    def status_folders(self, summary: dict[str, Any], status: str | None = None) -> list[str]:
+    def status_folders(self, summary: SummaryDoc, status: str | None = None) -> list[str]:
         status = status or summary["status"]
         folders = [self.path("by-status", status)]
-        if summary.get("workflowId") is not None:
-            folders.append(self.path("by-workflow-status", workflow_folder(summary["workflowId"]),
-                                     status))
+        workflow_id = summary.get("workflowId")
+        if workflow_id is not None:
+            folders.append(self.path("by-workflow-status", workflow_folder(workflow_id), status))
         return folders
 
-    def run_folders(self, summary: dict[str, Any]) -> list[str]:
+    def run_folders(self, summary: SummaryDoc) -> list[str]:
         """The index folders naming a run whatever its status."""
         folders = [self.path("by-created")]
-        if summary.get("workflowId") is not None:
-            folders.append(self.path("by-workflow", workflow_folder(summary["workflowId"])))
+        workflow_id = summary.get("workflowId")
+        if workflow_id is not None:
+            folders.append(self.path("by-workflow", workflow_folder(workflow_id)))
         parent = summary.get("parentRunId")
         if isinstance(parent, str) and RUN_ID_RE.fullmatch(parent):
             folders.append(self.path("by-parent", parent))
         return folders
 
-    def needed_entries(self, summary: dict[str, Any]) -> set[tuple[str, str]]:
+    def needed_entries(self, summary: SummaryDoc) -> set[tuple[str, str]]:
         key = order_key(created_us(summary), summary["runId"])
         return {(f, key) for f in self.status_folders(summary) + self.run_folders(summary)}
 
-    def marked_entries(self, doc: dict[str, Any], now: float) -> set[tuple[str, str]]:
+    def marked_entries(self, doc: SummaryDoc, now: float) -> set[tuple[str, str]]:
         """Entries a young `pending` mark of `doc` justifies (a change on its way)."""
         if pending_of(doc) is None or not young_mark(doc, now):
             return set()
@@ -242,7 +246,7 @@ class FileCatalogue:
         if new is None:
             self.tracker.expect(run_id, sequence, stored, None)
             return
-        pending = None
+        pending: dict[str, Any] | None = None
         if mark_base is not None:
             pending = {"sequence": sequence, "status": new["status"], "at": change.at,
                        "mark": uuid.uuid4().hex[:12]}
@@ -251,7 +255,7 @@ class FileCatalogue:
             was = mark_statuses(stored) - {new["status"]}
             if was:
                 pending["was"] = sorted(was)
-            self._put_doc(run_id, dict(mark_base, pending=pending))
+            self._put_doc(run_id, {**mark_base, "pending": pending})
         key = order_key(created_us(new), run_id)
         folders = self.status_folders(new) + (self.run_folders(new) if stored is None else [])
         for folder in folders:
@@ -306,10 +310,10 @@ class FileCatalogue:
         else:
             self.tracker.forget(run_id)  # moved on without this process: fold next time
 
-    def _commit(self, run_id: str, summary: dict[str, Any], stored: dict[str, Any] | None, *,
+    def _commit(self, run_id: str, summary: SummaryDoc, stored: SummaryDoc | None, *,
                 intended: frozenset[str] = frozenset(), mine: bool = False,
                 stale: Iterable[tuple[str, str]] = (), rewrite: bool = False,
-                depth: int = 0) -> dict[str, Any] | None:
+                depth: int = 0) -> SummaryDoc | None:
         """W3–W6 for `summary` over the document `stored` (as just read): the document
         as it is afterwards. `intended`: folders given entries in W1; `mine`: `stored`
         is as this writer left it in W1; `stale`: entries to remove once the document is
@@ -325,7 +329,7 @@ class FileCatalogue:
         for folder in add:
             if folder not in intended:
                 self.add_entry(folder, key)
-        doc = dict(summary)
+        doc: SummaryDoc = {**summary}
         later = pending_of(stored)
         if later is not None and later["sequence"] <= sequence:
             later = None
@@ -335,7 +339,7 @@ class FileCatalogue:
         gone = list(stale)
         if stored is not None:
             old_key = order_key(created_us(stored), run_id)
-            old_statuses = {stored.get("status")}
+            old_statuses: set[str | None] = {stored.get("status")}
             if later is None:  # its mark: a change that landed, or never will
                 old_statuses |= mark_statuses(stored)
             gone += [(f, old_key) for status in old_statuses if isinstance(status, str)
@@ -348,12 +352,12 @@ class FileCatalogue:
                 self.add_entry(folder, key)
         return self._catch_up(run_id, doc, depth)
 
-    def _catch_up(self, run_id: str, doc: dict[str, Any], depth: int) -> dict[str, Any]:
+    def _catch_up(self, run_id: str, doc: SummaryDoc, depth: int) -> SummaryDoc:
         """W6: a status change after the written one may have lost its document to it."""
         later = self.store.read_after(run_id, doc["sequence"])
         if not later:
             return doc
-        summary: dict[str, Any] | None = without_pending(doc)
+        summary: SummaryDoc | None = without_pending(doc)
         status_changed = False
         for seq, data in later:
             env = json.loads(data)
@@ -372,7 +376,7 @@ class FileCatalogue:
 
     # ---- settling a run from its whole log ----
 
-    def settle(self, run_id: str, stale: Iterable[tuple[str, str]] = ()) -> dict[str, Any] | None:
+    def settle(self, run_id: str, stale: Iterable[tuple[str, str]] = ()) -> SummaryDoc | None:
         """Bring a run's summary (and entries) up to its whole log: what a reader does
         on meeting a cut (R1–R3), the worker's sweep on a finished run, a repair. The
         document as it is afterwards; None when the run has no log. A storage failure
@@ -388,7 +392,7 @@ class FileCatalogue:
             return self.read_doc(run_id)
 
     def fold_from_log(self, run_id: str, through: int | None = None, *,
-                      durable: bool = False) -> dict[str, Any] | None:
+                      durable: bool = False) -> SummaryDoc | None:
         envelopes = []
         for seq, data in self.store.read_after(run_id, 0):
             if through is not None and seq > through:
@@ -406,13 +410,13 @@ class FileCatalogue:
 
     # ---- primitives ----
 
-    def _put_doc(self, run_id: str, doc: dict[str, Any]) -> None:
+    def _put_doc(self, run_id: str, doc: SummaryDoc) -> None:
         path = self.doc_path(run_id)
         self.publisher.ensure_dir(path.rsplit("/", 1)[0], durable=False)
         # Not durable: a power cut may take it back, with the events it follows.
         self.publisher.replace(path, summary_json(doc).encode(), durable=False)
 
-    def read_doc(self, run_id: str) -> dict[str, Any] | None:
+    def read_doc(self, run_id: str) -> SummaryDoc | None:
         raw = self.publisher.read(self.doc_path(run_id))
         if raw is None:
             return None
@@ -423,7 +427,7 @@ class FileCatalogue:
         if not isinstance(doc, dict) or doc.get("runId") != run_id or not isinstance(
                 doc.get("status"), str) or not isinstance(doc.get("createdAt"), str):
             return None
-        return doc
+        return cast(SummaryDoc, doc)  # its keys every summary has are checked above
 
     def add_entry(self, folder: str, key: str) -> None:
         path = f"{folder}/{entry_path(key)}"
@@ -457,7 +461,7 @@ class FileCatalogue:
 
     # ---- reading a page ----
 
-    def page(self, q: RunQuery, limit: int) -> list[dict[str, Any]]:
+    def page(self, q: RunQuery, limit: int) -> list[SummaryDoc]:
         bounds = self._bounds(q)
         if bounds is None:
             return []
@@ -476,7 +480,7 @@ class FileCatalogue:
             folders = [(self.path("by-created"), None)]
         streams = [self._tagged(f, s, start, max(limit, 16)) for f, s in folders]
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
-        out: list[dict[str, Any]] = []
+        out: list[SummaryDoc] = []
         for key, group in itertools.groupby(merged, key=lambda item: item[0]):
             if stop is not None and key[:16] > stop:
                 break
@@ -520,7 +524,7 @@ class FileCatalogue:
             yield key, folder, status
 
     def _checked(self, run_id: str, key: str, met: list[tuple[str, str | None]],
-                 q: RunQuery) -> dict[str, Any] | None:
+                 q: RunQuery) -> SummaryDoc | None:
         """The document of a run an index named, after R1–R3."""
         doc = self.read_doc(run_id)
         if doc is None:  # R1
@@ -577,7 +581,7 @@ class FileCatalogue:
                 continue  # not a bucket (a stray file), or wholly before the start
             yield from self._walk(f"{folder}/{name}", start_after if name == bound else "", depth + 1)
 
-    def summary(self, run_id: str) -> dict[str, Any] | None:
+    def summary(self, run_id: str) -> SummaryDoc | None:
         return self.read_doc(run_id)
 
     def summarized_runs(self) -> list[str]:
@@ -610,7 +614,7 @@ class FileCatalogue:
         for parent in p.list_names(self.path("by-parent")):
             yield self.path("by-parent", parent)
 
-    def entry_problems(self, docs: dict[str, dict[str, Any]], now: float) -> list[str]:
+    def entry_problems(self, docs: dict[str, SummaryDoc], now: float) -> list[str]:
         """What is wrong with the indexes, given every summary document (`docs`): an
         entry a document does not need (or that names no run, once past the grace for
         creations on their way), an entry a document needs and that is missing."""
@@ -689,7 +693,7 @@ class FileCatalogue:
             return
         if abandoned and stored is not None:
             # Its change never reached the log: the mark goes, and its entries with it.
-            stored = dict(stored, pending={**stored["pending"], "sequence": 0})
+            stored = {**stored, "pending": {**stored["pending"], "sequence": 0}}
         # Written even when the same (`rewrite`): a writer racing this repair then sees
         # a document it did not mark and adds its entries again (W5).
         self._commit(run_id, summary, stored, stale=stale, rewrite=True)

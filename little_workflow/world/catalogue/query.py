@@ -16,6 +16,7 @@ from .summary import (
     STATUSES,
     RunPage,
     RunSummary,
+    SummaryDoc,
     created_us,
 )
 
@@ -32,7 +33,7 @@ class RunQuery:
     #: (created µs, run id) of the last run of the previous page
     position: tuple[int, str] | None
 
-    def matches(self, doc: dict[str, Any]) -> bool:
+    def matches(self, doc: SummaryDoc) -> bool:
         if self.statuses is not None and doc.get("status") not in self.statuses:
             return False
         if self.workflow_id is not None and doc.get("workflowId") != self.workflow_id:

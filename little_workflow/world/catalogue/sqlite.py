@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 
 from .query import RunQuery
 from .summary import (
+    SummaryDoc,
     created_us,
     fold_envelopes,
     summary_json,
@@ -68,7 +69,7 @@ class SqliteCatalogue:
             old = json.loads(row[0]) if row is not None else None
             through = c.through
 
-            def fold_log(run_id: str = run_id, through: int = through) -> dict[str, Any] | None:
+            def fold_log(run_id: str = run_id, through: int = through) -> SummaryDoc | None:
                 return SqliteCatalogue.fold_run(conn, run_id, through)
 
             summary, old = tracker.resolve(run_id, c, old, fold_log)
@@ -85,7 +86,7 @@ class SqliteCatalogue:
             tracker.written(run_id, c)
 
     @staticmethod
-    def put(conn: Any, summary: dict[str, Any]) -> None:
+    def put(conn: Any, summary: SummaryDoc) -> None:
         conn.execute(
             "INSERT INTO runs (run_id, status, workflow_id, created_us, parent_run_id, doc)"
             " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
@@ -96,13 +97,13 @@ class SqliteCatalogue:
              summary.get("parentRunId"), summary_json(summary)))
 
     @staticmethod
-    def fold_run(conn: Any, run_id: str, through: int | None = None) -> dict[str, Any] | None:
+    def fold_run(conn: Any, run_id: str, through: int | None = None) -> SummaryDoc | None:
         rows = conn.execute("SELECT envelope FROM events WHERE run_id = ? AND sequence <= ?"
                             " ORDER BY sequence", (run_id, through if through is not None else 2**62))
         return fold_envelopes(run_id, (json.loads(r[0]) for r in rows))
 
     @staticmethod
-    def page(conn: Any, q: RunQuery, limit: int) -> list[dict[str, Any]]:
+    def page(conn: Any, q: RunQuery, limit: int) -> list[SummaryDoc]:
         where: list[str] = []
         args: list[Any] = []
         if q.statuses is not None:
@@ -130,7 +131,7 @@ class SqliteCatalogue:
         return [json.loads(r[0]) for r in conn.execute(sql, args)]
 
     @staticmethod
-    def summary(conn: Any, run_id: str) -> dict[str, Any] | None:
+    def summary(conn: Any, run_id: str) -> SummaryDoc | None:
         row = conn.execute("SELECT doc FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return json.loads(row[0]) if row is not None else None
 
@@ -166,16 +167,16 @@ class StoreCatalogue:
     def __init__(self, store: Any):
         self.store = store
 
-    def page(self, q: RunQuery, limit: int) -> list[dict[str, Any]]:
+    def page(self, q: RunQuery, limit: int) -> list[SummaryDoc]:
         return self.store.query(lambda conn: SqliteCatalogue.page(conn, q, limit))
 
-    def summary(self, run_id: str) -> dict[str, Any] | None:
+    def summary(self, run_id: str) -> SummaryDoc | None:
         return self.store.query(lambda conn: SqliteCatalogue.summary(conn, run_id))
 
     #: Summaries are written in the transaction of their events: none is ever lost.
     write_errors: tuple[BaseException, ...] = ()
 
-    def settle(self, run_id: str) -> dict[str, Any] | None:
+    def settle(self, run_id: str) -> SummaryDoc | None:
         """The run's summary: in SQLite it never lags its log (one transaction)."""
         return self.summary(run_id)
 
@@ -183,7 +184,7 @@ class StoreCatalogue:
         return self.store.query(
             lambda conn: [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")])
 
-    def entry_problems(self, docs: dict[str, dict[str, Any]], now: float) -> list[str]:
+    def entry_problems(self, docs: dict[str, SummaryDoc], now: float) -> list[str]:
         """SQLite keeps its indexes itself: nothing to check."""
         return []
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Required, TypedDict
 
 from ..vocabulary import FINISHED_STATUSES as _FINISHED
 from ..vocabulary import (
@@ -30,6 +30,30 @@ PROGRESS_FROM = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Order keys hold `MAX_US - createdAt in µs`, so names sort newest first (until 2286).
 MAX_US = 10**16 - 1
+
+
+# --- the stored document ----------------------------------------------------------------------
+
+class SummaryDoc(TypedDict, total=False):
+    """A run's summary as the catalogue stores it (JSON, these keys) and the fold makes it.
+    `openWaits` holds every wait the run has open, by step path (`waiting` is the first);
+    `sequence` is the last event folded in; `needsVersion` is set while a refused resume
+    stands; `pending` is a file World's mark of a change on its way (files.py)."""
+
+    runId: Required[str]
+    workflowId: str | None
+    status: Required[RunStatus]
+    createdAt: Required[str]
+    updatedAt: str
+    steps: int
+    #: `{kind: "sleep", stepPath, wakeAt}` or `{kind: "event", stepPath, name, deadline}`
+    waiting: dict[str, Any] | None
+    error: Any
+    parentRunId: str | None
+    openWaits: dict[str, dict[str, Any]]
+    sequence: int
+    needsVersion: str | None
+    pending: dict[str, Any]
 
 
 # --- what a caller gets --------------------------------------------------------------------
@@ -56,7 +80,7 @@ class RunSummary:
     needs_version: str | None = None
 
     @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> "RunSummary":
+    def from_doc(cls, doc: SummaryDoc) -> "RunSummary":
         return cls(run_id=doc["runId"], workflow_id=doc.get("workflowId"), status=doc["status"],
                    created_at=parse_time(doc["createdAt"]), updated_at=parse_time(doc["updatedAt"]),
                    steps=int(doc.get("steps") or 0), waiting=doc.get("waiting"),
@@ -92,7 +116,7 @@ def micros(moment: datetime) -> int:
 _ONE_US = datetime.resolution
 
 
-def created_us(doc: dict[str, Any]) -> int:
+def created_us(doc: SummaryDoc) -> int:
     return micros(parse_time(doc["createdAt"]))
 
 
@@ -177,18 +201,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
-                 change: SummaryChange) -> dict[str, Any] | None:
+def apply_change(summary: SummaryDoc | None, run_id: str, sequence: int,
+                 change: SummaryChange) -> SummaryDoc | None:
     """The summary after one change (a new dict). A run whose `run.created` was not seen
     has no summary (None) until it is re-folded from its whole log."""
     kind, at = change.kind, change.at
     if kind == "created":
-        s: dict[str, Any] = {"runId": run_id, "workflowId": change.workflow_id,
+        created: SummaryDoc = {"runId": run_id, "workflowId": change.workflow_id,
                              "status": status_after("unknown", change.event_type, False),
                              "createdAt": at, "updatedAt": at, "steps": 0, "waiting": None,
                              "error": None, "parentRunId": change.parent_run_id,
                              "openWaits": {}, "sequence": sequence}
-        return s
+        return created
     if kind == "owner":
         if summary is not None:
             return summary  # a run with a lifecycle keeps it
@@ -197,7 +221,7 @@ def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
                 "parentRunId": None, "openWaits": {}, "sequence": sequence}
     if summary is None:
         return None
-    s = dict(summary, updatedAt=at, sequence=sequence)
+    s: SummaryDoc = {**summary, "updatedAt": at, "sequence": sequence}
     status = s["status"]
     if kind == "step":
         s["steps"] = int(s.get("steps") or 0) + 1
@@ -212,9 +236,10 @@ def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
     if kind == "started":
         s.pop("needsVersion", None)
     waits = dict(s.get("openWaits") or {})
-    if kind == "open":
+    # summary_change gives every open and close a step path, and every open what it waits for.
+    if kind == "open" and change.step_path is not None and change.waiting is not None:
         waits[change.step_path] = change.waiting
-    elif kind == "close":
+    elif kind == "close" and change.step_path is not None:
         waits.pop(change.step_path, None)
     s["openWaits"] = waits
     s["status"] = status_after(status, change.event_type, bool(waits))
@@ -222,7 +247,7 @@ def apply_change(summary: dict[str, Any] | None, run_id: str, sequence: int,
     return s
 
 
-def fold_envelopes(run_id: str, envelopes: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def fold_envelopes(run_id: str, envelopes: Iterable[dict[str, Any]]) -> SummaryDoc | None:
     """A run's summary from its whole log (envelopes in sequence order)."""
     summary = None
     for env in envelopes:
@@ -238,7 +263,7 @@ def fold_envelopes(run_id: str, envelopes: Iterable[dict[str, Any]]) -> dict[str
 SUMMARY_FIELDS = ("status", "workflowId", "createdAt", "waiting", "error", "parentRunId")
 
 
-def summary_lags(found: dict[str, Any], expected: dict[str, Any]) -> bool:
+def summary_lags(found: SummaryDoc, expected: SummaryDoc) -> bool:
     """Whether a stored summary says other than the fold of its whole log (`expected`).
     A step count rides with the next status change, so it may trail while a run runs;
     a `pending` mark whose event is in the log is a change not written yet."""
@@ -249,5 +274,5 @@ def summary_lags(found: dict[str, Any], expected: dict[str, Any]) -> bool:
     return landed or any(found.get(k) != expected.get(k) for k in fields)
 
 
-def summary_json(summary: dict[str, Any]) -> str:
+def summary_json(summary: SummaryDoc) -> str:
     return json.dumps(summary, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -12,6 +12,7 @@ from .summary import (
     FINISHED_STATUSES,
     PROGRESS_FROM,
     SummaryChange,
+    SummaryDoc,
     apply_change,
     changes_status,
 )
@@ -42,14 +43,14 @@ CACHE_LIMIT = 4096
 
 @dataclass
 class CachedSummary:
-    summary: dict[str, Any] | None  # None: not known here; folded from the log when written
+    summary: SummaryDoc | None  # None: not known here; folded from the log when written
     written: int | None  # `sequence` of the summary this process last wrote (or saw)
     through: int  # every event up to this one is folded into `summary`
     dirty: bool = False  # a status change not written yet
     #: File catalogues (file_catalogue.py): the document as this process last wrote (or
     #: read) it; and for the status change at `intended_for`, the `pending` mark written
     #: over it and the index folders given entries before the event was published.
-    stored: dict[str, Any] | None = None
+    stored: SummaryDoc | None = None
     pending: dict[str, Any] | None = None
     intended: frozenset[str] = frozenset()
     intended_for: int | None = None
@@ -80,7 +81,7 @@ class SummaryTracker:
             self._runs[run_id] = c
         return c
 
-    def expect(self, run_id: str, sequence: int, stored: dict[str, Any] | None,
+    def expect(self, run_id: str, sequence: int, stored: SummaryDoc | None,
                pending: dict[str, Any] | None, intended: Iterable[str] = ()) -> None:
         """Before event `sequence` is published: the document as it was, the `pending`
         mark written over it (None: none) and the folders given entries for it."""
@@ -113,9 +114,9 @@ class SummaryTracker:
     def pending_runs(self) -> list[str]:
         return [run_id for run_id, c in list(self._runs.items()) if c.dirty]
 
-    def resolve(self, run_id: str, c: CachedSummary, old: dict[str, Any] | None,
-                fold_log: Callable[[], dict[str, Any] | None]
-                ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def resolve(self, run_id: str, c: CachedSummary, old: SummaryDoc | None,
+                fold_log: Callable[[], SummaryDoc | None]
+                ) -> tuple[SummaryDoc | None, SummaryDoc | None]:
         """The summary to write, given the stored one (`old`), and the stored one its
         index entries follow (None: rewrite them all). None to write when the stored
         one is as new already: a summary only moves forward."""
@@ -129,7 +130,7 @@ class SummaryTracker:
             self.forget(run_id)
         return c.summary, old
 
-    def written(self, run_id: str, c: CachedSummary, stored: dict[str, Any] | None = None) -> None:
+    def written(self, run_id: str, c: CachedSummary, stored: SummaryDoc | None = None) -> None:
         """The summary folded through `c.through` is stored (`stored`: as the document
         now reads, for file catalogues)."""
         assert c.summary is not None
