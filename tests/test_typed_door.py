@@ -72,3 +72,24 @@ def test_a_tracing_world_opens_only_the_door(memory_world):
     traced.append_event("run_door1", "t", {"n": 1})
     assert traced.log_size("run_door1") == memory_world.log_size("run_door1") > 0
     assert calls == ["append_event", "log_size"]
+
+
+def test_the_tracing_world_answers_every_method_of_the_door(memory_world):
+    """A World method added to the door and not to the tracing wrapper fails only where
+    a traced World meets the new code (a queue worker under `little worker` did)."""
+    import inspect
+
+    from little_workflow.world.protocol import WorldLike
+
+    traced = lw.tracing_world(memory_world, lambda *a: None)
+    members = {name for cls in WorldLike.__mro__ if cls.__module__.startswith("little_workflow")
+               for name, _ in inspect.getmembers(cls) if not name.startswith("_")}
+    missing = sorted(name for name in members if not hasattr(traced, name))
+    assert missing == []
+    calls: list[str] = []
+    traced = lw.tracing_world(memory_world, lambda name, *a: calls.append(name))
+    slot = traced.take_slot("q-0", "queue q")
+    assert slot is not None
+    slot.release()
+    assert traced.update_document("queues/q.json", lambda doc: {"n": 1}) == {"n": 1}
+    assert calls == ["take_slot", "update_document"]

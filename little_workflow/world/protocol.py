@@ -9,7 +9,7 @@ business: code outside world/ that needs something of it asks for a method here.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .files import FilesLike
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # views load fsspec: only with the first view, not with every
     from .append import PendingEvent
     from .clock import Clock
     from .models import ArtifactManifest, Event
+    from .queue_slots import Slot
     from .slots import StepSlots
     from .views import ChangeJournal
 
@@ -89,6 +90,11 @@ class WorldLike(FilesLike, Protocol):
     # locks
     def run_lock(self, run_id: str) -> contextlib.AbstractContextManager[str]: ...
     def fence_lock(self, outer_loop_id: str) -> contextlib.AbstractContextManager[str]: ...
+    def take_slot(self, name: str, label: str) -> Slot | None: ...
+
+    # documents changed by many processes at once
+    def update_document(self, relative_path: str, change: Callable[[Any], Any], *,
+                        durable: bool = True) -> Any: ...
 
     # memory and views
     def memory(self, scope: str, key: str | None = None, *, workflow_id: str | None = None,

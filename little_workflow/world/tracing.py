@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .clock import Clock
     from .models import ArtifactManifest, Event
     from .protocol import WorldLike
+    from .queue_slots import Slot
     from .slots import StepSlots
 
 
@@ -173,6 +174,14 @@ class TracingWorld:
     def fence_lock(self, *args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[str]:
         self._report("fence_lock", args, kwargs)
         return self._world.fence_lock(*args, **kwargs)
+
+    def take_slot(self, *args: Any, **kwargs: Any) -> Slot | None:
+        self._report("take_slot", args, kwargs)
+        return self._world.take_slot(*args, **kwargs)
+
+    def update_document(self, *args: Any, **kwargs: Any) -> Any:
+        self._report("update_document", args, kwargs)
+        return self._world.update_document(*args, **kwargs)
 
     def memory(self, *args: Any, **kwargs: Any) -> Any:
         self._report("memory", args, kwargs)
