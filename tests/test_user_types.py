@@ -128,7 +128,7 @@ result = lw.run_workflow(order, Order(item="tea", qty=2), world="memory://t")
 reveal_type(result)
 reveal_type(result.output)
 reveal_type(lw.run_workflow(receipt, 3).output)
-reveal_type(lw.replay_run("w", "run_x", order).output)
+reveal_type(lw.replay_run(lw.virtual_world("memory://w"), "run_x", order).output)
 lw.run_workflow(order, "tea")
 lw.run_workflow(receipt, "three")
 lw.start_workflow(receipt, "three")
@@ -158,7 +158,7 @@ def test_mypy_sees_workflow_input_and_output_types(tmp_path, mypy_cache):
     assert revealed("result").endswith("RunResult[list[int]]"), out
     assert revealed("result.output") == "list[int]", out
     assert revealed("lw.run_workflow(receipt, 3).output") == "user.Receipt", out
-    assert revealed('lw.replay_run("w", "run_x", order).output') == "list[int]", out
+    assert revealed('lw.replay_run(lw.virtual_world("memory://w"), "run_x", order).output') == "list[int]", out
     errors = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     wrong = {i for i, line in enumerate(lines, 1)
              if line.startswith(("lw.run_workflow(order, \"", "lw.run_workflow(receipt, \"",
