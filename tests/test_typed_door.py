@@ -10,9 +10,16 @@ import re
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections import Counter
 
+import pytest
+
 import little_workflow as lw
+
+# One worker at a time writes the shared mypy cache (tests/test_user_types.py uses it too):
+# two mypy processes on one cache dir read each other's half-written entries.
+pytestmark = pytest.mark.xdist_group("mypy-cache")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +43,8 @@ def breaches(world: WorldLike) -> None:
 
 
 def mypy_errors(*extra: str) -> list[str]:
-    cache = os.path.join(tempfile.gettempdir(), "little-workflow-mypy-cache")
+    # A cache of its own: test_user_types runs mypy with other options on its cache.
+    cache = os.path.join(tempfile.gettempdir(), "little-workflow-mypy-cache-door")
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", cache, "--no-error-summary",
          "--show-absolute-path", "little_workflow", "fs_adapters", *extra],
@@ -46,7 +54,9 @@ def mypy_errors(*extra: str) -> list[str]:
 
 
 def test_mypy_finds_no_more_errors_than_the_baseline_and_every_breach_of_the_door(tmp_path):
-    breach_file = tmp_path / "breaches.py"
+    # A module name of its own each time: mypy would serve a "breaches" module it has
+    # cached (same text) without reporting its errors again.
+    breach_file = tmp_path / f"breaches_{uuid.uuid4().hex}.py"
     breach_file.write_text(BREACHES)
     errors = mypy_errors(str(breach_file))
     in_breaches = [e for e in errors if e.startswith(str(breach_file))]
