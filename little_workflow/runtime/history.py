@@ -55,31 +55,30 @@ class Record(NamedTuple):  # a tuple: a resume builds one per record of its log
     finished: bool  # must be asked for again before anything new
 
 
+#: How an error names a record, by its kind (`{0}`, `{1}`: the key's parts after the kind).
+_DESCRIPTIONS = {
+    "step": "step {0!r}",
+    "wait": "wait {0!r}",
+    "timer": "sleep {0!r}",
+    "call": "sub-run call {0!r}",
+    "memory": "read of memory {0}/{1}",
+    "memory.written": "write to memory {0}/{1}",
+    "plan.kept": "ctx.plans.keep({0!r})",
+    "plan.reused": "ctx.plans.reuse({0!r})",
+    "patch": "ctx.patched({0!r})",
+    "stream": "stream write {0} (ctx.write_stream)",
+    "stream.closed": "ctx.close_stream({0!r})",
+}
+
+
 def describe(key: Key) -> str:
     kind = key[0]
-    if kind in ("step", "wait"):
-        return f"{kind} {key[1]!r}"
-    if kind == "timer":
-        return f"sleep {key[1]!r}"
-    if kind == "call":
-        return f"sub-run call {key[1]!r}"
     if kind == "value":
         name = str(key[1]).partition("/")[0]
         return f"recorded value {key[1]!r} (ctx.{name}())"
-    if kind == "memory":
-        return f"read of memory {key[1]}/{key[2]}"
-    if kind == "memory.written":
-        return f"write to memory {key[1]}/{key[2]}"
-    if kind == "plan.kept":
-        return f"ctx.plans.keep({key[1]!r})"
-    if kind == "plan.reused":
-        return f"ctx.plans.reuse({key[1]!r})"
-    if kind == "patch":
-        return f"ctx.patched({key[1]!r})"
-    if kind == "stream":
-        return f"stream write {key[1]} (ctx.write_stream)"
-    if kind == "stream.closed":
-        return f"ctx.close_stream({key[1]!r})"
+    template = _DESCRIPTIONS.get(kind)
+    if template is not None:
+        return template.format(*key[1:])
     return str(key[1]) if len(key) > 1 else kind
 
 
