@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("moto")
-
 
 def _race(moto_s3: Any, bucket: str, condition: dict[str, str], writers: int) -> int:
     """`writers` threads, each with its own client, PUT the key at once under
