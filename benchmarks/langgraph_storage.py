@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import operator
 import os
 import sqlite3
@@ -22,8 +23,6 @@ import sys
 import tempfile
 import time
 from typing import Annotated, Any, TypedDict
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Chat(TypedDict, total=False):
@@ -86,8 +85,13 @@ def build_long_thread(kind: str, steps: int) -> str:
 
 def cold_get_tuple_ms(kind: str, where: str) -> float:
     """In a fresh process: the first get_tuple of the head, in ms."""
+    # The child opens the little_workflow this process would import (found, not imported:
+    # the child's import is part of what is timed).
+    spec = importlib.util.find_spec("little_workflow")
+    assert spec is not None and spec.origin is not None
+    src = os.path.dirname(os.path.dirname(spec.origin))
     out = subprocess.run([sys.executable, __file__, "cold", kind, where], capture_output=True,
-                         text=True, check=True, env={**os.environ, "PYTHONPATH": ROOT})
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": src})
     return float(out.stdout.strip())
 
 

@@ -26,6 +26,7 @@ sys.path.insert(0, ROOT)
 
 import little_workflow as lw  # noqa: E402
 from benchmarks.common import (  # noqa: E402
+    CHILD_PYTHONPATH,
     bare_sqlite_commit_us,
     make_world,
     median,
@@ -52,7 +53,7 @@ P8_RUNS = 1000
 P1_STEPS = 1000
 P2_STEPS = 1000
 LONG_RUN = 10_000
-ENV = {**os.environ, "PYTHONPATH": ROOT}
+ENV = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH}
 
 
 def sub(script: str, *args: Any, check: bool = True) -> subprocess.CompletedProcess:
