@@ -397,6 +397,34 @@ def p9(row: Any) -> None:
         "(SQLite rollback journal), added per agent run",
         f"{added['local_world'] * 1e3:.1f} ms vs {added['dbos-rollback'] * 1e3:.1f} ms",
         added["local_world"] / added["dbos-rollback"], "—")
+    fsyncs = {side: p9_fsyncs_per_run(side, turns) for side in
+              ("local_world", "local_world-inline", "dbos-wal")}
+    if None not in fsyncs.values():
+        row("P9 fsyncs per agent run (strace): local_world, tools inline / DBOS WAL+FULL",
+            f"{fsyncs['local_world']:g}, {fsyncs['local_world-inline']:g} vs {fsyncs['dbos-wal']:g}",
+            fsyncs["local_world"] / fsyncs["dbos-wal"], "—")
+
+
+def p9_fsyncs_per_run(side: str, turns: int) -> float | None:
+    """fsync + fdatasync calls per agent run of one P9 side, counted by strace (None
+    without it): a process making 1 run and one making 4, the difference over 3, so the
+    World's or DBOS's set-up is not counted. A count, not a time: load does not move it."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None
+    counts = []
+    for runs in (1, 4):
+        with tempfile.TemporaryDirectory(prefix="lwb-p9-strace-") as d:
+            out = os.path.join(d, "summary.txt")
+            subprocess.run([strace, "-f", "-qq", "-c", "-o", out, "-e", "trace=fsync,fdatasync",
+                            sys.executable, os.path.join(HERE, "agents_side.py"), "p9-serve",
+                            side, str(turns)],
+                           input="run\n" * runs, env=ENV, capture_output=True, text=True,
+                           check=True, timeout=600)
+            with open(out) as f:
+                counts.append(sum(int(line.split()[3]) for line in f
+                                  if line.split()[-1:] in (["fsync"], ["fdatasync"])))
+    return (counts[1] - counts[0]) / 3
 
 
 def p10(row: Any) -> None:
