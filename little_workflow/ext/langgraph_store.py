@@ -307,9 +307,20 @@ class FilesLayout:
         return Stored(rec["n"], rec["i"], rec.get("p"), rec, None, self.name)
 
     def head(self, th: Thread, ns: str) -> Stored | None:
-        for entry in self.entries(th, ns):
-            found = self.load(th, entry)
+        # One listing, and only the names' ids looked at: an Entry and a cache slot per
+        # checkpoint made a cold head of a 1,000-checkpoint thread ~40x SqliteSaver's.
+        key = ns_key(ns)
+        ranked = []
+        for name in self.world.list_dir(self._dir(th, key, "c")):
+            cid = id_from_name(name.partition(".")[0])
+            if cid is not None:
+                ranked.append((cid, name))
+        ranked.sort(reverse=True)
+        for cid, name in ranked:
+            found = self.load(th, Entry(key, ns, cid, None, name, self.name))
             if found is not None:
+                with self._lock:
+                    self._names.put((th.owner, key, cid), name)
                 return found
         return None
 
