@@ -123,10 +123,15 @@ def task_key(task_id: str) -> str:
     return hashlib.sha256(task_id.encode()).hexdigest()[:24]
 
 
+#: What tags are computed with: `json.dumps` with these options builds an encoder on
+#: every call, a third of a put's tagging (the text is the same, and tags stay as stored).
+_TAG_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def tag(key: str, value: Any) -> str | None:
     """The tag of one metadata item, None when the value is not plain JSON."""
     try:
-        text = json.dumps([key, value], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        text = _TAG_JSON.encode([key, value])
     except (TypeError, ValueError):
         return None
     return f"{zlib.crc32(text.encode()):08x}"
