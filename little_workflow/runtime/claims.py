@@ -10,14 +10,14 @@ _FIRST_SIZE = 1024  # slots; a power of two
 
 
 class PathDigests:
-    """An open-addressing set of 64-bit path digests (`hash(path)`), 16 bytes a path at
-    most (the table is kept at most half full). Two different paths may share a digest:
+    """An open-addressing set of 64-bit path digests (`hash(path)`), 12 to 24 bytes a
+    path (the table is kept at most two thirds full). Two different paths may share a digest:
     `add` then says "maybe taken" and the caller decides exactly."""
 
     __slots__ = ("_slots", "_mask", "_count")
 
     def __init__(self) -> None:
-        self._slots = array("q", bytes(8 * _FIRST_SIZE))
+        self._slots = _zeros(_FIRST_SIZE)
         self._mask = _FIRST_SIZE - 1
         self._count = 0
 
@@ -38,14 +38,14 @@ class PathDigests:
             i = (i + 1) & mask
         slots[i] = digest
         self._count += 1
-        if 2 * self._count > len(slots):
+        if 3 * self._count > 2 * len(slots):
             self._grow()
         return True
 
     def _grow(self) -> None:
         old = self._slots
         size = 2 * len(old)
-        slots, mask = array("q", bytes(8 * size)), size - 1
+        slots, mask = _zeros(size), size - 1
         for digest in old:
             if digest:
                 i = digest & mask
@@ -53,3 +53,8 @@ class PathDigests:
                     i = (i + 1) & mask
                 slots[i] = digest
         self._slots, self._mask = slots, mask
+
+
+def _zeros(size: int) -> "array[int]":
+    # Repeating a one-slot array allocates the table once (no bytes object beside it).
+    return array("q", (0,)) * size
