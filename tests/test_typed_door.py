@@ -5,6 +5,7 @@ baseline below: a file may lose errors, never gain them."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -48,7 +49,10 @@ def breaches(world: WorldLike) -> None:
 
 def mypy_errors(*extra: str) -> list[str]:
     # A cache of its own: test_user_types runs mypy with other options on its cache.
-    cache = os.path.join(tempfile.gettempdir(), "little-workflow-mypy-cache-door")
+    # Kept between runs (a cold run costs ~10 CPU-s) but one per checked folder: a cache
+    # written for another checkout or layout serves that one's files and their errors.
+    folder = hashlib.sha256(SRC.encode()).hexdigest()[:12]
+    cache = os.path.join(tempfile.gettempdir(), f"little-workflow-mypy-cache-door-{folder}")
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", CONFIG, "--cache-dir", cache,
          "--no-error-summary", "--show-absolute-path", "little_workflow", "fs_adapters", *extra],
