@@ -396,11 +396,11 @@ def p9(row: Any) -> None:
         "(SQLite rollback journal), added per agent run",
         f"{added['local_world'] * 1e3:.1f} ms vs {added['dbos-rollback'] * 1e3:.1f} ms",
         added["local_world"] / added["dbos-rollback"], "—")
-    ours, inline, dbos = (p9_fsyncs_per_run(side, turns) for side in
-                          ("local_world", "local_world-inline", "dbos-wal"))
-    if ours is not None and inline is not None and dbos is not None:
+    syncs_lw, syncs_inline, syncs_dbos = (p9_fsyncs_per_run(side, turns) for side in
+                                          ("local_world", "local_world-inline", "dbos-wal"))
+    if syncs_lw is not None and syncs_inline is not None and syncs_dbos is not None:
         row("P9 fsyncs per agent run (strace): local_world, tools inline / DBOS WAL+FULL",
-            f"{ours:g}, {inline:g} vs {dbos:g}", ours / dbos, "—")
+            f"{syncs_lw:g}, {syncs_inline:g} vs {syncs_dbos:g}", syncs_lw / syncs_dbos, "—")
 
 
 def p9_fsyncs_per_run(side: str, turns: int) -> float | None:
