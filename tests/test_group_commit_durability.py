@@ -17,9 +17,9 @@ import subprocess
 import sys
 import textwrap
 
+from checkout import SRC
 from external_tools import require_tool
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THREADS = 6
 APPENDS = 20  # per thread
 
@@ -62,7 +62,7 @@ def traced(tmp_path, mode: str) -> tuple[list[tuple[str, str, str]], str]:
         [strace, "-f", "-y", "-qq", "-s", "5000", "-o", str(trace),
          "-e", "trace=write,pwrite64,fsync,fdatasync",
          sys.executable, str(script), data_dir, str(THREADS), str(APPENDS), mode],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=SRC), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.endswith("DONE\n")
     calls = []
