@@ -397,12 +397,11 @@ def p9(row: Any) -> None:
         "(SQLite rollback journal), added per agent run",
         f"{added['local_world'] * 1e3:.1f} ms vs {added['dbos-rollback'] * 1e3:.1f} ms",
         added["local_world"] / added["dbos-rollback"], "—")
-    fsyncs = {side: p9_fsyncs_per_run(side, turns) for side in
-              ("local_world", "local_world-inline", "dbos-wal")}
-    if None not in fsyncs.values():
+    syncs_lw, syncs_inline, syncs_dbos = (p9_fsyncs_per_run(side, turns) for side in
+                                          ("local_world", "local_world-inline", "dbos-wal"))
+    if syncs_lw is not None and syncs_inline is not None and syncs_dbos is not None:
         row("P9 fsyncs per agent run (strace): local_world, tools inline / DBOS WAL+FULL",
-            f"{fsyncs['local_world']:g}, {fsyncs['local_world-inline']:g} vs {fsyncs['dbos-wal']:g}",
-            fsyncs["local_world"] / fsyncs["dbos-wal"], "—")
+            f"{syncs_lw:g}, {syncs_inline:g} vs {syncs_dbos:g}", syncs_lw / syncs_dbos, "—")
 
 
 def p9_fsyncs_per_run(side: str, turns: int) -> float | None:

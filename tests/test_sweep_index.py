@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from checkout import SRC, TESTS
 from conftest import private_memory
 from s3_server import RequestCounter, put_objects_directly
 from soak import soak_size
@@ -198,9 +199,8 @@ def test_local_world_indexes_a_run_in_the_transaction_of_its_creation(tmp_path):
     import sys
 
     data = str(tmp_path / "lw")
-    here = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run([sys.executable, "-c", CREATOR, data, here], capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ))
+    r = subprocess.run([sys.executable, "-c", CREATOR, data, TESTS], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, PYTHONPATH=SRC))
     assert r.returncode == -9, r.stderr[-2000:]
     run_id = r.stdout
     world = lw.local_world(data)
