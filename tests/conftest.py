@@ -18,10 +18,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
-def pytest_report_header(config: Any) -> str:
+def pytest_report_header(config: Any) -> list[str]:
     import soak
+    from checkout import SRC
 
-    return soak.describe()
+    # Which copy runs: a PYTHONPATH naming a checkout's root instead of its src/ would
+    # silently test the installed copy.
+    return [soak.describe(), f"little_workflow: {SRC}"]
 
 
 def private_memory() -> MemoryFileSystem:

@@ -17,11 +17,11 @@ import sys
 import textwrap
 
 import pytest
+from checkout import SRC
 from external_tools import require_tool
 
 pytest.importorskip("pydantic_ai")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TURNS = 4
 
 CHILD = textwrap.dedent("""
@@ -79,7 +79,7 @@ def test_an_agent_run_syncs_once_per_durable_unit_plus_its_creation_and_end(tmp_
         [strace, "-f", "-y", "-qq", "-s", "64", "-o", str(trace),
          "-e", "trace=write,pwrite64,fsync,fdatasync",
          sys.executable, str(script), data_dir, str(TURNS)],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=SRC), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     units = int(r.stdout.split("UNITS ")[1].split()[0])
     assert units == 2 * TURNS + 1  # every model request and every tool call is a durable unit

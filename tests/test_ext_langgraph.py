@@ -15,6 +15,7 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from checkout import SRC
 
 pytest.importorskip("langgraph")
 
@@ -40,7 +41,7 @@ KINDS = ["local_world", "memory", "local-file", "s3"]
 
 
 def run_child(data_dir: str, log: str, thread: str, mode: str, *extra: Any) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, os.path.join(TESTS, "langgraph_child.py"),
                            data_dir, log, thread, mode, *map(str, extra)],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -470,7 +471,7 @@ def test_runs_and_the_catalogue_label_thread_owners_and_gc_and_workers_leave_the
         page = run_page_data(world, owner)
         assert (page["workflowId"], page["status"]) == ("langgraph", "unknown")
     if kind == "local_world":
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
         out = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", "--json",
                               "--data-dir", maker.data_dir],
                              env=env, capture_output=True, text=True, timeout=60)
@@ -508,7 +509,7 @@ def test_little_runs_and_the_ui_show_threads_as_threads(kind: str, tmp_path: Any
             assert ui_row["runId"] == owner + "_1"
         owner = ui_row["runId"]
         assert ui_row["thread"] == thread
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     where = ["--data-dir" if kind == "local_world" else "--world", maker.data_dir]
     listed = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", "--json", *where],
                             env=env, capture_output=True, text=True, timeout=60)

@@ -13,13 +13,14 @@ import sys
 import time
 
 import pytest
-from crashes import ROOT, TESTS
+from checkout import SRC
+from crashes import TESTS
 
 import little_workflow as lw
 
 
 def child(*args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
     return subprocess.Popen([sys.executable, os.path.join(TESTS, "lock_child.py"), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 

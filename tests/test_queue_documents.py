@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -24,7 +25,7 @@ ROOT = os.path.dirname(HERE)
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, HERE]), **(extra or {})}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, HERE]), **(extra or {})}
 
 
 def s3_env(moto_s3, lease: float | None = None) -> dict[str, str]:
