@@ -3,15 +3,19 @@ started and stopped by the tests. In memory: nothing is left on disk."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 from external_tools import require_tool
 
@@ -27,7 +31,14 @@ def _free_port() -> int:
 
 
 class Azurite:
-    def __init__(self) -> None:
+    def __init__(self, running: dict[str, Any] | None = None) -> None:
+        """Starts an emulator; given `running` (what `shared` wrote: port, pid, workdir),
+        speaks to the one another process started instead."""
+        if running is not None:
+            self.process: subprocess.Popen[bytes] | None = None
+            self.pid, self.port, self.workdir = running["pid"], running["port"], running["workdir"]
+            self._connect()
+            return
         executable = require_tool("azurite-blob")
         self.port = _free_port()
         self.workdir = tempfile.mkdtemp(prefix="azurite-")  # its debug log, if any
@@ -39,6 +50,7 @@ class Azurite:
                 [executable, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
                  "--skipApiVersionCheck", "--loose", "--inMemoryPersistence", "--silent"],
                 cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=stderr)
+        self.pid = self.process.pid
         deadline = time.monotonic() + 60
         while True:
             if self.process.poll() is not None:
@@ -52,6 +64,9 @@ class Azurite:
                     self.stop()
                     raise RuntimeError("azurite-blob did not start within 60 s") from None
                 time.sleep(0.1)
+        self._connect()
+
+    def _connect(self) -> None:
         self.connection_string = (
             f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
             f"BlobEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};")
@@ -69,14 +84,86 @@ class Azurite:
         return name
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        # SIGKILL, not SIGTERM: it keeps everything in memory (nothing to flush), and on
+        # SIGTERM it lingered until a 10 s timeout at the end of every test process.
+        if self.process is None:  # started by another process: its pid is all there is
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        elif self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _reachable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@contextlib.contextmanager
+def shared(state_dir: str) -> Iterator[Azurite]:
+    """One emulator for every process that shares `state_dir` (the pytest-xdist workers of
+    one run: each of its own would cost ~1.7 CPU-seconds to start and ~1 a minute idle).
+    The first to ask starts it and writes its port; each user adds its pid under a file
+    lock, and the last one out stops it (users that died are dropped on the way). Tests
+    stay independent: each makes containers of its own."""
+    state_path = os.path.join(state_dir, "azurite.json")
+    with _locked(os.path.join(state_dir, "azurite.lock")):
+        state = _read(state_path)
+        if state is None or not _reachable(state["port"]):
+            server = Azurite()
+            state = {"port": server.port, "pid": server.pid, "workdir": server.workdir, "users": []}
+        else:
+            server = Azurite(running=state)
+        state["users"] = [pid for pid in state["users"] if _alive(pid)] + [os.getpid()]
+        _write(state_path, state)
+    try:
+        yield server
+    finally:
+        with _locked(os.path.join(state_dir, "azurite.lock")):
+            state = _read(state_path) or {"users": []}
+            state["users"] = [pid for pid in state["users"] if pid != os.getpid() and _alive(pid)]
+            if state["users"]:
+                _write(state_path, state)
+            else:
+                server.stop()
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(state_path)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _read(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as f:
+            return dict(json.load(f))
+    except FileNotFoundError:
+        return None
+
+
+def _write(path: str, state: dict[str, Any]) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
 
 
 def quick_client(fs: Any, connection_string: str) -> Any:

@@ -159,9 +159,14 @@ def strict_mypy_cache(tmp_path_factory: Any) -> str:
 
 
 @pytest.fixture(scope="session")
-def azurite() -> Any:
-    from azurite_server import Azurite
+def azurite(tmp_path_factory: Any) -> Any:
+    from azurite_server import Azurite, shared
 
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # The workers of one run share its base temp dir's parent, and one emulator.
+        with shared(str(tmp_path_factory.getbasetemp().parent)) as server:
+            yield server
+        return
     server = Azurite()
     yield server
     server.stop()
