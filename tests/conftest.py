@@ -147,6 +147,18 @@ Maker = Callable[..., Any]
 
 
 @pytest.fixture(scope="session")
+def strict_mypy_cache(tmp_path_factory: Any) -> str:
+    """One `mypy --strict` cache per test process, new each session, for the files that
+    check user code with --strict (test_user_types, test_value_types_mypy: one xdist group,
+    so one worker builds it): the first run analyses the standard library, pydantic and
+    little_workflow once (~8 CPU-seconds cold), the next ones only their own files.
+    Incremental mode re-checks a file whose content changed, so the verdicts are those of a
+    cold run; a file checked through it must not repeat another's module name and content
+    (mypy would serve that module from the cache without reporting its notes again)."""
+    return str(tmp_path_factory.mktemp("strict-mypy-cache"))
+
+
+@pytest.fixture(scope="session")
 def azurite() -> Any:
     from azurite_server import Azurite
 

@@ -19,6 +19,7 @@ from ..errors import (
 from ..world.ids import canonical_json, validate_step_path
 from ..world.protocol import WorldLike
 from ..world.vocabulary import INLINE_LIMIT
+from .claims import PathDigests
 from .codec import Codec, return_codec
 from .history import Key
 from .recording import RunRecorder
@@ -54,7 +55,11 @@ class StepEngine(RunRecorder):
     def __init__(self, *, world: WorldLike, run_id: str, log: RunLog, mode: Mode):
         super().__init__(world=world, run_id=run_id, log=log)
         self.mode = mode
-        self._claimed: set[str] = set()
+        # The paths this execution took, as digests (a long run keeps no string per step),
+        # and exactly the taken paths whose step.started this execution has not appended:
+        # a digest taken twice is checked against those and the log (`_taken`).
+        self._claimed = PathDigests()
+        self._unlogged: set[str] = set()
         self._floor = 0
         # Threads of sync steps that overran their timeout and still run: no retry of that
         # step starts before its thread has returned (one attempt at a time).
@@ -68,10 +73,21 @@ class StepEngine(RunRecorder):
 
     def _claim(self, path: str) -> None:
         validate_step_path(path)
-        if path in self._claimed:
+        if not self._claimed.add(path) and self._taken(path):
             raise StepError(self.run_id, path, "this step path is already used in this run; "
                             "step paths must be unique")
-        self._claimed.add(path)
+        self._unlogged.add(path)
+
+    def _taken(self, path: str) -> bool:
+        """Whether this execution took `path` already, asked when its digest is taken
+        (a path used twice, or two paths with one digest): the paths not in `_unlogged`
+        are those whose step.started it appended, after its own run.started (no other
+        executor appends after that: the log fences them)."""
+        if path in self._unlogged:
+            return True
+        return any(e.type == "step.started" and isinstance(e.payload, dict)
+                   and e.payload.get("stepPath") == path
+                   for e in self.world.list_events(self.run_id, after=self.started_sequence))
 
     def claim_path(self, path: str) -> None:
         """Check a step path and take it for this run (unique per run)."""
@@ -187,6 +203,7 @@ class StepEngine(RunRecorder):
             # Not fsynced on its own: the step's success (or the next durable event) makes
             # it durable; losing it in a power cut only forgets an attempt number.
             await self.append("step.started", {"stepPath": path, "attempt": attempt}, durable=False)
+            self._unlogged.discard(path)  # the log names it now
             recorded = self._recorded_success(path)
             if recorded is not None:  # another holder's success came in first
                 return self._served(recorded, codec)
@@ -242,6 +259,9 @@ class StepEngine(RunRecorder):
             rec = self.log.steps[path]
             if rec.succeeded_at != event.sequence:  # another success landed first: it wins
                 return self._served(rec, codec)
+            # Nothing in this execution asks for this step's record again (its path is
+            # taken): a long run would otherwise hold one record per step until its end.
+            del self.log.steps[path]
             return typed
 
     def _recorded_success(self, path: str) -> StepRecord | None:
