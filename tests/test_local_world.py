@@ -35,9 +35,14 @@ def test_layout_and_sqlite_schema(tmp_path):
 
     @lw.workflow(id="layout")
     async def wf(ctx, input):
+        if input:
+            ctx.scratch.pipe_file("r", b"1")
         return await ctx.step("a/b", lambda: lw.current_step().scratch.pipe_file("f", b"1") or 1)
 
-    lw.run_workflow(wf, None, world=world, run_id="run_layout")
+    lw.run_workflow(wf, True, world=world, run_id="run_layout")
+    # A run's scratch folder is made when it is first used, not with every run.
+    lw.run_workflow(wf, False, world=world, run_id="run_no_scratch")
+    assert not (tmp_path / "d" / "runs" / "run_no_scratch" / "scratch").exists()
     world.write_artifact("run_layout", "a/b", "x", {"k": 1})
     d = tmp_path / "d"
     for sub in ("events/events.db", "artifacts/blobs", "runs/run_layout/scratch",
