@@ -68,8 +68,8 @@ def test_tests_look_programs_up_only_through_require_tool():
 
 
 def test_child_processes_import_the_copy_under_test():
-    """Since the src/ layout the checkout's root holds no package: a child process given
-    PYTHONPATH=ROOT silently imports the installed copy instead of the one under test (a
+    """Since the src/ layout the checkout's root holds no package: a child process whose
+    PYTHONPATH names the root silently imports the installed copy instead of the one under test (a
     helper's worktree, a PYTHONPATH the developer chose). Children get checkout.SRC."""
     import re
 
