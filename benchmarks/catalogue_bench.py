@@ -31,7 +31,8 @@ BATCH = 200
 # Whole-process timings with bytecode caches, as an installed package has them (a
 # PYTHONDONTWRITEBYTECODE environment would time the compiler too).
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-ENV.update(PYTHONPATH=ROOT, PYTHONPYCACHEPREFIX=os.path.join(tempfile.gettempdir(), "lw-bench-pycache"))
+ENV.update(PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(lw.__file__))),
+           PYTHONPYCACHEPREFIX=os.path.join(tempfile.gettempdir(), "lw-bench-pycache"))
 
 
 class BuilderClock:

@@ -10,6 +10,12 @@ from typing import Any
 
 import little_workflow as lw
 
+#: A child process's PYTHONPATH: the folder holding the little_workflow this process
+#: imported (src/ of whichever checkout the install or PYTHONPATH chose), so the child
+#: measures the same copy, then this checkout's root for `benchmarks.*`.
+CHILD_PYTHONPATH = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(lw.__file__))),
+                                    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))])
+
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values))

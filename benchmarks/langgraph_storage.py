@@ -8,11 +8,13 @@
    -journal), every side closed first.
 2. A cold `get_tuple` of the head of a STEPS (1,000) checkpoint thread: a fresh process
    opens the World (or the SQLite connection) and the saver, untimed, then times its first
-   `get_tuple`; the median of REPS (7) processes per side, sides interleaved.
+   `get_tuple`; the median of REPS (7) processes per side, sides interleaved, in wall time
+   and in the process's CPU time (steadier on a loaded machine).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import operator
 import os
 import sqlite3
@@ -22,8 +24,6 @@ import sys
 import tempfile
 import time
 from typing import Annotated, Any, TypedDict
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Chat(TypedDict, total=False):
@@ -84,21 +84,27 @@ def build_long_thread(kind: str, steps: int) -> str:
     return where
 
 
-def cold_get_tuple_ms(kind: str, where: str) -> float:
-    """In a fresh process: the first get_tuple of the head, in ms."""
+def cold_get_tuple_ms(kind: str, where: str) -> tuple[float, float]:
+    """In a fresh process: the first get_tuple of the head, in ms (wall, CPU)."""
+    # The child opens the little_workflow this process would import (found, not imported:
+    # the child's import is part of what is timed).
+    spec = importlib.util.find_spec("little_workflow")
+    assert spec is not None and spec.origin is not None
+    src = os.path.dirname(os.path.dirname(spec.origin))
     out = subprocess.run([sys.executable, __file__, "cold", kind, where], capture_output=True,
-                         text=True, check=True, env={**os.environ, "PYTHONPATH": ROOT})
-    return float(out.stdout.strip())
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": src})
+    wall, cpu = out.stdout.split()
+    return float(wall), float(cpu)
 
 
 def _cold(kind: str, where: str) -> None:
     saver, closer = open_saver(kind, where)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     got = saver.get_tuple({"configurable": {"thread_id": "long", "checkpoint_ns": ""}})
-    took = time.perf_counter() - t
+    took, cpu = time.perf_counter() - t, time.process_time() - c
     assert got is not None
     closer.close()
-    print(f"{took * 1000:.3f}")
+    print(f"{took * 1000:.3f} {cpu * 1000:.3f}")
 
 
 def main() -> None:
@@ -111,14 +117,17 @@ def main() -> None:
         print(f"{turns} turns, bytes on disk: {kind:12} {size[kind]:>12,}  "
               f"({size[kind] / size['SqliteSaver']:.3f}x SqliteSaver)")
     threads = {kind: build_long_thread(kind, steps) for kind in sides}
-    cold: dict[str, list[float]] = {kind: [] for kind in sides}
+    cold: dict[str, list[tuple[float, float]]] = {kind: [] for kind in sides}
     for _ in range(reps):
         for kind in sides:
             cold[kind].append(cold_get_tuple_ms(kind, threads[kind]))
+    base_wall = statistics.median(w for w, _ in cold["SqliteSaver"])
+    base_cpu = statistics.median(c for _, c in cold["SqliteSaver"])
     for kind in sides:
-        ms = statistics.median(cold[kind])
+        ms = statistics.median(w for w, _ in cold[kind])
+        cpu = statistics.median(c for _, c in cold[kind])
         print(f"cold get_tuple, {steps}-checkpoint thread: {kind:12} {ms:7.2f} ms  "
-              f"({ms / statistics.median(cold['SqliteSaver']):.2f}x SqliteSaver)")
+              f"({ms / base_wall:.2f}x SqliteSaver), CPU {cpu:7.2f} ms ({cpu / base_cpu:.2f}x)")
 
 
 if __name__ == "__main__":

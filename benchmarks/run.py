@@ -26,6 +26,7 @@ sys.path.insert(0, ROOT)
 
 import little_workflow as lw  # noqa: E402
 from benchmarks.common import (  # noqa: E402
+    CHILD_PYTHONPATH,
     bare_sqlite_commit_us,
     make_world,
     median,
@@ -52,7 +53,7 @@ P8_RUNS = 1000
 P1_STEPS = 1000
 P2_STEPS = 1000
 LONG_RUN = 10_000
-ENV = {**os.environ, "PYTHONPATH": ROOT}
+ENV = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH}
 
 
 def sub(script: str, *args: Any, check: bool = True) -> subprocess.CompletedProcess:
@@ -396,6 +397,34 @@ def p9(row: Any) -> None:
         "(SQLite rollback journal), added per agent run",
         f"{added['local_world'] * 1e3:.1f} ms vs {added['dbos-rollback'] * 1e3:.1f} ms",
         added["local_world"] / added["dbos-rollback"], "—")
+    fsyncs = {side: p9_fsyncs_per_run(side, turns) for side in
+              ("local_world", "local_world-inline", "dbos-wal")}
+    if None not in fsyncs.values():
+        row("P9 fsyncs per agent run (strace): local_world, tools inline / DBOS WAL+FULL",
+            f"{fsyncs['local_world']:g}, {fsyncs['local_world-inline']:g} vs {fsyncs['dbos-wal']:g}",
+            fsyncs["local_world"] / fsyncs["dbos-wal"], "—")
+
+
+def p9_fsyncs_per_run(side: str, turns: int) -> float | None:
+    """fsync + fdatasync calls per agent run of one P9 side, counted by strace (None
+    without it): a process making 1 run and one making 4, the difference over 3, so the
+    World's or DBOS's set-up is not counted. A count, not a time: load does not move it."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None
+    counts = []
+    for runs in (1, 4):
+        with tempfile.TemporaryDirectory(prefix="lwb-p9-strace-") as d:
+            out = os.path.join(d, "summary.txt")
+            subprocess.run([strace, "-f", "-qq", "-c", "-o", out, "-e", "trace=fsync,fdatasync",
+                            sys.executable, os.path.join(HERE, "agents_side.py"), "p9-serve",
+                            side, str(turns)],
+                           input="run\n" * runs, env=ENV, capture_output=True, text=True,
+                           check=True, timeout=600)
+            with open(out) as f:
+                counts.append(sum(int(line.split()[3]) for line in f
+                                  if line.split()[-1:] in (["fsync"], ["fdatasync"])))
+    return (counts[1] - counts[0]) / 3
 
 
 def p10(row: Any) -> None:
@@ -431,12 +460,16 @@ def p10_storage(row: Any) -> None:
     size = {kind: chat_bytes(kind, turns) for kind in sides}
     threads = {kind: build_long_thread(kind, steps) for kind in sides}
     cold: dict[str, list[float]] = {kind: [] for kind in sides}
+    cold_cpu: dict[str, list[float]] = {kind: [] for kind in sides}
     for _ in range(max(REPS, 7)):  # one fresh process per sample, sides interleaved
         for kind in sides:
-            cold[kind].append(cold_get_tuple_ms(kind, threads[kind]))
+            wall, cpu = cold_get_tuple_ms(kind, threads[kind])
+            cold[kind].append(wall)
+            cold_cpu[kind].append(cpu)
     for path in threads.values():
         shutil.rmtree(path, ignore_errors=True)
     peer_bytes, peer_ms = size["SqliteSaver"], median(cold["SqliteSaver"])
+    peer_cpu = median(cold_cpu["SqliteSaver"])
     for kind in sides[:2]:
         row(f"P10 bytes on disk after {turns} turns of a growing chat thread: "
             f"WorldCheckpointSaver on {kind} / SqliteSaver",
@@ -444,7 +477,8 @@ def p10_storage(row: Any) -> None:
             "≤ 0.1×")
         ms = median(cold[kind])
         row(f"P10 cold get_tuple of a {steps:,}-checkpoint thread's head: WorldCheckpointSaver "
-            f"on {kind} / SqliteSaver", f"{ms:.2f} ms vs {peer_ms:.2f} ms", ms / peer_ms, "≤ 1×")
+            f"on {kind} / SqliteSaver", f"{ms:.2f} ms vs {peer_ms:.2f} ms "
+            f"(CPU {median(cold_cpu[kind]) / peer_cpu:.2f}×)", ms / peer_ms, "≤ 1×")
 
 
 def p7(row: Any) -> None:

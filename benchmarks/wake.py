@@ -21,7 +21,6 @@ from typing import Any
 
 import little_workflow as lw
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SLEEP_SECONDS = 0.2
 STAMPS: dict[str, float] = {}
 
@@ -106,7 +105,8 @@ def event_other_process(reps: int, rng: random.Random) -> list[float]:
     sweeping every second) continues the run; its next step stamps a file."""
     data_dir = tempfile.mkdtemp(prefix="lwb-p7w-")
     stamps = tempfile.mkdtemp(prefix="lwb-p7w-stamps-")
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(HERE)}
+    # The worker runs the little_workflow this process imported (whichever checkout's src/).
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(lw.__file__)))}
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "worker", data_dir],
                             env=env)
     world = lw.local_world(data_dir)

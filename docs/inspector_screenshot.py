@@ -14,7 +14,7 @@ import tempfile
 import time
 from functools import partial
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 import little_workflow as lw  # noqa: E402
 from little_workflow.ops import render_run_html  # noqa: E402

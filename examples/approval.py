@@ -3,7 +3,7 @@ is SIGKILLed while it waits, the approval comes from another process (`little se
 and a worker finishes the run without calling the draft step again. Same as
 `little demo approval`.
 
-The workflow (defined in little_workflow/demo.py, so the installed `little` finds it):
+The workflow (defined in src/little_workflow/demo.py, so the installed `little` finds it):
 
     @lw.workflow(id="demo-approval")
     async def approve(ctx, input):

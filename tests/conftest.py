@@ -18,10 +18,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
-def pytest_report_header(config: Any) -> str:
+def pytest_report_header(config: Any) -> list[str]:
     import soak
+    from checkout import SRC
 
-    return soak.describe()
+    # Which copy runs: a PYTHONPATH naming a checkout's root instead of its src/ would
+    # silently test the installed copy.
+    return [soak.describe(), f"little_workflow: {SRC}"]
 
 
 def private_memory() -> MemoryFileSystem:
@@ -141,6 +144,18 @@ def moto_s3() -> Any:
 
 
 Maker = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def strict_mypy_cache(tmp_path_factory: Any) -> str:
+    """One `mypy --strict` cache per test process, new each session, for the files that
+    check user code with --strict (test_user_types, test_value_types_mypy: one xdist group,
+    so one worker builds it): the first run analyses the standard library, pydantic and
+    little_workflow once (~8 CPU-seconds cold), the next ones only their own files.
+    Incremental mode re-checks a file whose content changed, so the verdicts are those of a
+    cold run; a file checked through it must not repeat another's module name and content
+    (mypy would serve that module from the cache without reporting its notes again)."""
+    return str(tmp_path_factory.mktemp("strict-mypy-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from checkout import SRC
+
 import little_workflow as lw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -12,7 +14,7 @@ TESTS = os.path.join(ROOT, "tests")
 
 def child_env(ledger: str) -> dict[str, str]:
     return {**os.environ, "LW_LEDGER": ledger,
-            "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+            "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
 
 
 def read_ledger(path: str) -> list[str]:

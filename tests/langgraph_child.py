@@ -4,10 +4,12 @@ python langgraph_child.py DATA_DIR LOG_FILE THREAD start|resume|resume-kill|cont
 prints the graph's result (or its interrupt) as one JSON line. Every node appends its
 name to LOG_FILE, so the parent sees which nodes ran in which process.
 
-python langgraph_child.py DIR LOG THREAD async-kill|async-continue KIND SECONDS runs a chain of
-eight nodes n0…n7 (each working SECONDS, a stand-in for a model call) with
-durability="async" over KIND (local_world or local-file) in DIR: async-kill SIGKILLs itself
-inside n5, async-continue resumes with no input and prints the final list (or the error).
+python langgraph_child.py DIR LOG THREAD async-kill|async-continue KIND SECONDS [CALL [SLOW]]
+runs a chain of eight nodes n0…n7 (each working SECONDS, a stand-in for a model call) with
+durability="async" over KIND (local_world or local-file) in DIR, through CALL (invoke, the
+default; ainvoke; astream), each World call that writes taking SLOW seconds more (a
+stand-in for an object store's round trip): async-kill SIGKILLs itself inside n5,
+async-continue resumes with no input and prints the final list (or the error).
 Nodes append their names to LOG, and every checkpoint the saver acknowledged (its put
 returned) to LOG.acks, so the parent knows what must have survived.
 
@@ -18,6 +20,7 @@ three checkpoints and SIGKILLs itself just before its K-th World call that write
 
 from __future__ import annotations
 
+import asyncio
 import json
 import operator
 import os
@@ -118,7 +121,19 @@ def chain_node(i: int, seconds: float):
     return run
 
 
-def run_chain(data_dir: str, thread: str, kind: str, seconds: float) -> None:
+def call_graph(graph, value, config, how: str):  # type: ignore[no-untyped-def]
+    if how == "invoke":
+        return graph.invoke(value, config, durability="async")
+    if how == "ainvoke":
+        return asyncio.run(graph.ainvoke(value, config, durability="async"))
+
+    async def streamed():  # type: ignore[no-untyped-def]
+        states = [s async for s in graph.astream(value, config, durability="async", stream_mode="values")]
+        return states[-1] if states else None
+    return asyncio.run(streamed())
+
+
+def run_chain(data_dir: str, thread: str, kind: str, seconds: float, how: str, slow: float) -> None:
     g = StateGraph(Chain)
     previous = START
     for i in range(8):
@@ -127,13 +142,18 @@ def run_chain(data_dir: str, thread: str, kind: str, seconds: float) -> None:
         previous = f"n{i}"
     g.add_edge(previous, END)
     world = lw.local_world(data_dir) if kind == "local_world" else lw.virtual_world("file://" + data_dir)
+    if slow:
+        def slowly(name: str) -> None:
+            if name in WRITES:
+                time.sleep(slow)
+        world = lw.tracing_world(world, slowly)
     graph = g.compile(checkpointer=AckingSaver(world))
     config = {"configurable": {"thread_id": thread}}
     if MODE == "async-kill":
-        graph.invoke({"done": []}, config, durability="async")
+        call_graph(graph, {"done": []}, config, how)
         return
     try:
-        out = graph.invoke(None, config, durability="async")
+        out = call_graph(graph, None, config, how)
         print(json.dumps({"done": out["done"], "error": None}))
     except Exception as e:  # the parent checks which one
         print(json.dumps({"done": None, "error": type(e).__name__}))
@@ -163,7 +183,9 @@ def main() -> None:
         prune(data_dir, thread, sys.argv[5], int(sys.argv[6]))
         return
     if MODE.startswith("async-"):
-        run_chain(data_dir, thread, sys.argv[5], float(sys.argv[6]))
+        run_chain(data_dir, thread, sys.argv[5], float(sys.argv[6]),
+                  sys.argv[7] if len(sys.argv) > 7 else "invoke",
+                  float(sys.argv[8]) if len(sys.argv) > 8 else 0.0)
         return
     world = lw.local_world(data_dir)
     graph = build().compile(checkpointer=WorldCheckpointSaver(world))

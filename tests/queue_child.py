@@ -27,8 +27,12 @@ def open_world(spec: str) -> Any:
 
 
 def count(world: Any, path: str, n: int) -> None:
+    # Each value this process wrote, one per line: the parent tells a store that accepted
+    # two conditional writes of one version (a value written twice) from a write that
+    # was acknowledged and then lost (a value missing).
     for _ in range(n):
-        world.update_document(path, lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
+        written = world.update_document(path, lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
+        print(written["n"], flush=True)
 
 
 def hold_slot(world: Any, name: str) -> None:

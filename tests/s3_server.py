@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
+import functools
 import socket
+import threading
 import uuid
 from typing import Any
+
+_atomic_writes = threading.Lock()
+
+
+def _make_conditional_writes_atomic() -> None:
+    """moto 5.2 checks `If-Match` / `If-None-Match` and then writes in two separate
+    steps while its threaded server handles requests at once, so two racing conditional
+    PUTs can both succeed — real S3 never lets that happen, and it showed up as a lost
+    compare-and-swap update in our tests (tests/test_s3_emulator.py proves the fix).
+    One lock around each object write and delete makes the check-and-write one step."""
+    from moto.s3.responses import S3Response
+
+    for name in ("put_object", "delete_object"):
+        original = getattr(S3Response, name)
+        if getattr(original, "_lw_atomic", False):
+            continue
+
+        @functools.wraps(original)
+        def atomic(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with _atomic_writes:
+                return _original(self, *args, **kwargs)
+
+        atomic._lw_atomic = True  # type: ignore[attr-defined]
+        setattr(S3Response, name, atomic)
 
 
 def _free_port() -> int:
@@ -17,6 +43,7 @@ class MotoS3:
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        _make_conditional_writes_atomic()
         self.port = _free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.server.start()

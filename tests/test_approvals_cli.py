@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -29,7 +30,7 @@ async def asks(ctx: lw.RunContext, input: Any) -> Any:
 def little(*args: str, cwd: Any) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=str(cwd),
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**os.environ, "PYTHONPATH": SRC})
 
 
 def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:

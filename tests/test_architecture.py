@@ -7,7 +7,8 @@ import ast
 import os
 from collections import defaultdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from checkout import SRC
+
 PACKAGES = ("little_workflow", "fs_adapters")
 
 # What each layer may import from the product (a prefix match on module names).
@@ -24,13 +25,15 @@ def product_modules() -> dict[str, str]:
     """module name -> file path"""
     out = {}
     for package in PACKAGES:
-        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+        for folder, _, files in os.walk(os.path.join(SRC, package)):
             for name in files:
                 if not name.endswith(".py"):
                     continue
                 path = os.path.join(folder, name)
-                rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                rel = os.path.relpath(path, SRC)[:-3].replace(os.sep, ".")
                 out[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = path
+    # Scanning a folder that holds no package would pass every rule below.
+    assert set(PACKAGES) <= set(out), f"no {PACKAGES} under {SRC}"
     return out
 
 

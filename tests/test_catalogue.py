@@ -11,7 +11,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import ROOT, private_memory
+from checkout import SRC
+from conftest import private_memory
 
 import little_workflow as lw
 from little_workflow.runtime.state import RunLog
@@ -290,7 +291,7 @@ w = lw.virtual_world("file://{tmp_path}/wf")
 w.events.catalogue.note = lambda *a, **k: os.kill(os.getpid(), 9)
 w.append_event("run_x", "timer.scheduled", {{"stepPath": "nap", "wakeAt": "2030-01-01T00:00:00Z"}})
 """
-    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": ROOT})
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": SRC})
     assert done.returncode == -9
     fresh = lw.virtual_world(f"file://{tmp_path}/wf")
     assert fresh.catalogue.summary("run_x")["status"] == "running"  # lags, never ahead
@@ -337,7 +338,7 @@ def test_cli_verify_repair_rebuilds_a_damaged_catalogue(tmp_path):
     db.commit()
     db.close()
     little = [sys.executable, "-m", "little_workflow.cli", "--data-dir", d]
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     out = subprocess.run([*little, "verify"], env=env, capture_output=True, text=True)
     # A lagging summary is not damage (the log is the truth): reported, exit 0.
     assert out.returncode == 0 and "catalogue: 1 run summaries lag" in out.stdout
@@ -358,7 +359,7 @@ def test_cli_runs_pages_and_filters(tmp_path):
             add_run(world, f"run_{i}", "failed" if i % 2 else "completed",
                     workflow="even" if i % 2 == 0 else "odd")
     little = [sys.executable, "-m", "little_workflow.cli", "runs", "--data-dir", d]
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
 
     def rows(*args: str) -> list[str]:
         out = subprocess.run([*little, "--json", *args], env=env, capture_output=True, text=True)
@@ -419,7 +420,7 @@ def test_importing_the_package_and_listing_runs_load_only_what_they_need(tmp_pat
     heavy = ("pydantic", "jsonschema", "rich", "little_workflow.testing", "little_workflow.runtime")
     script = ("import sys, little_workflow\n"
               f"print([m for m in {heavy!r} if m in sys.modules])\n")
-    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": ROOT},
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": SRC},
                          capture_output=True, text=True, cwd=str(tmp_path))
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
     with lw.local_world(str(tmp_path / "d")) as world:
@@ -427,7 +428,7 @@ def test_importing_the_package_and_listing_runs_load_only_what_they_need(tmp_pat
     script = ("import sys\nfrom little_workflow.cli import main\n"
               f"try:\n    main(['runs', '--data-dir', {str(tmp_path / 'd')!r}])\nexcept SystemExit:\n    pass\n"
               f"print([m for m in {heavy!r} if m in sys.modules], file=sys.stderr)\n")
-    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": ROOT},
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": SRC},
                          capture_output=True, text=True, cwd=str(tmp_path))
     assert "run_a" in out.stdout and out.stderr.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
 

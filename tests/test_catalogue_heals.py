@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from checkout import SRC
 from conftest import ROOT, private_memory
 from fsspec.implementations.local import LocalFileSystem
 
@@ -22,7 +23,7 @@ from little_workflow.runtime.state import RunLog
 from little_workflow.world.verify import rebuild_catalogue
 
 TESTS = os.path.join(ROOT, "tests")
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
 STATUSES = ("created", "running", "waiting", "completed", "failed", "cancelled")
 
 

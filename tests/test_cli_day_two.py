@@ -16,6 +16,7 @@ import time
 
 import click
 import pytest
+from checkout import SRC
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,7 +66,7 @@ FLOWS = textwrap.dedent('''
 def little(*args: str, cwd: object) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=str(cwd),
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**os.environ, "PYTHONPATH": SRC})
 
 
 def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
@@ -181,7 +182,7 @@ def test_a_worker_counts_a_run_resumed_twice_once(proj):
     worker = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "worker", "flows",
                                "--data-dir", world_dir], cwd=proj, stderr=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, text=True,
-                              env={**os.environ, "PYTHONPATH": ROOT})
+                              env={**os.environ, "PYTHONPATH": SRC})
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -216,7 +217,7 @@ def test_little_runs_on_a_local_world_loads_neither_the_world_core_nor_fsspec(pr
                      if m in sys.modules))
     """)
     r = subprocess.run([sys.executable, "-c", probe], cwd=proj, capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+                       timeout=120, env={**os.environ, "PYTHONPATH": SRC})
     assert "run_fast" in r.stdout, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
 
@@ -226,7 +227,7 @@ def test_runs_says_when_a_running_run_has_no_live_holder(proj):
     proc = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "run", "flows:hangs",
                              "--input", json.dumps({"marker": marker}), "--run-id", "run_hang"],
                             cwd=proj, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+                            env={**os.environ, "PYTHONPATH": SRC})
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(marker):

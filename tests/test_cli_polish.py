@@ -16,6 +16,7 @@ import time
 import tomllib
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -63,7 +64,7 @@ FLOWS = textwrap.dedent('''
 
 
 def little(*args: str, cwd: object, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**(os.environ if env is None else env), "PYTHONPATH": ROOT}
+    env = {**(os.environ if env is None else env), "PYTHONPATH": SRC}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=str(cwd),
                           capture_output=True, text=True, env=env, timeout=timeout)
 
@@ -133,7 +134,7 @@ def test_readme_python_examples_run_after_the_first_setup_command_alone(tmp_path
         print("all blocks ran")
     """)
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
-                       text=True, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+                       text=True, env={**os.environ, "PYTHONPATH": SRC}, timeout=120)
     assert r.returncode == 0 and "all blocks ran" in r.stdout, r.stderr[-2000:]
 
 
@@ -195,7 +196,7 @@ def test_run_prints_the_generated_id_when_it_starts(proj):
 
 
 def test_ctrl_c_prints_the_run_id_and_how_to_resume(proj):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     p = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "--data-dir", "d", "run",
                           "flows:slowly", "--input", '{"n": 8}'], cwd=proj, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -12,12 +12,13 @@ import time
 from typing import Any
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
 LITTLE = [sys.executable, "-m", "little_workflow.cli"]
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -29,7 +30,7 @@ async def w(ctx, input):
 def little(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": f"{ROOT}:{cwd}"})
+                          env={**os.environ, "PYTHONPATH": f"{SRC}:{cwd}"})
 
 
 @pytest.fixture

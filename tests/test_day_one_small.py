@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from checkout import SRC
+
 import little_workflow as lw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,12 +40,12 @@ ENTRY = "import sys\nfrom little_workflow.cli import main\nsys.exit(main())\n"
 def little(*args: str, cwd, entry: str | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, entry] if entry else [sys.executable, "-m", "little_workflow.cli"]
     return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**os.environ, "PYTHONPATH": SRC})
 
 
 def test_cancel_of_a_running_run_says_the_request_not_the_old_status(tmp_path):
     (tmp_path / "flows.py").write_text(FLOWS)
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     runner = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "run", "flows:slow",
                                "--run-id", "run_slow"], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -99,7 +101,7 @@ def test_little_artifacts_shows_an_artifacts_content(tmp_path):
     assert json_loads(r.stdout) == {"rows": [0, 1, 2, 3, 4]}
     raw = subprocess.run([sys.executable, "-m", "little_workflow.cli", "artifacts", "run_art",
                           "--show", "photo"], cwd=tmp_path, capture_output=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": ROOT})
+                         env={**os.environ, "PYTHONPATH": SRC})
     assert raw.returncode == 0 and raw.stdout == b"\x89PNG\r\n\x00\xff"
     r = little("artifacts", "run_art", "--show", "nope", cwd=tmp_path)
     assert r.returncode == 1 and "no artifact 'nope'" in r.stderr and "photo" in r.stderr, r.stderr

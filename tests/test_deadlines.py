@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.runtime import waiting
@@ -244,7 +245,7 @@ def test_a_worker_cancels_a_killed_processes_waiting_run_and_its_sub_run(tmp_pat
             "lw.run_pipeline([dl_child], None, orchestrator=dl_orchestrator, world=world,\n"
             "                run_id='run_dl_killed', deadline=60)\n") % (HERE, data)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (os.environ.get("PYTHONPATH"), os.path.dirname(HERE)) if p)})
+            p for p in (os.environ.get("PYTHONPATH"), SRC) if p)})
     try:
         world = lw.local_world(data, clock=FakeClock(start=T0 + 30))
 

@@ -11,7 +11,8 @@ import sys
 import textwrap
 import time
 
-from test_readme_and_cli import ROOT, little
+from checkout import SRC
+from test_readme_and_cli import little
 
 import little_workflow as lw
 
@@ -51,7 +52,7 @@ def test_worker_send_runs_cancel_fork(tmp_path):
     world = lw.local_world(os.path.join(cwd, ".little-workflow"))
     a = lw.start_workflow(flows.approve, {"topic": "a"}, world=world, run_id="run_a")
     b = lw.start_workflow(flows.approve, {"topic": "b"}, world=world, run_id="run_b")
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     worker = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "worker", "approval_flows"],
                               cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)

@@ -9,6 +9,7 @@ import sys
 import time
 
 import durable_child
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.world.clock import from_iso
@@ -17,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def start_child(data_dir: str, run_id: str, kind: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, HERE])}
     return subprocess.Popen([sys.executable, os.path.join(HERE, "durable_child.py"), data_dir,
                              run_id, kind], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -29,7 +30,7 @@ FLOWS = textwrap.dedent('''
 def little(*args: str, cwd: object) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=str(cwd),
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**os.environ, "PYTHONPATH": SRC})
 
 
 @pytest.fixture
@@ -98,7 +99,7 @@ def test_killed_while_creating_events_db_leaves_no_empty_file(tmp_path, moment):
         lw.local_world({data!r})
     ''')
     r = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": ROOT})
+                       env={**os.environ, "PYTHONPATH": SRC})
     assert r.returncode == -9, r.stderr
     db = os.path.join(data, "events", "events.db")
     assert not os.path.exists(db) or os.path.getsize(db) > 0

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
+from checkout import SRC
 from conftest import private_memory
 
 import little_workflow as lw
@@ -38,7 +38,7 @@ def _pipeline_key():
 
 
 def test_example_scripts_run(tmp_path):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     for script, needle in (("quickstart.py", "completed {'sum': 285}"),
                            ("learning_orchestrator.py", "run 3: plan ['scrape', 'search']"),
                            ("kill_and_resume.py", "completed steps called again: none")):
@@ -71,7 +71,7 @@ def _approval_checks(data_dir: str, stdout: str) -> None:
 
 
 def test_approval_example_survives_sigkill_and_finishes_under_a_worker(tmp_path):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     data_dir = str(tmp_path / "data")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "approval.py"), data_dir],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
@@ -80,7 +80,7 @@ def test_approval_example_survives_sigkill_and_finishes_under_a_worker(tmp_path)
 
 
 def test_little_demo_approval(tmp_path):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     data_dir = str(tmp_path / "data")
     r = subprocess.run([sys.executable, "-m", "little_workflow.cli", "demo", "approval",
                         "--data-dir", data_dir], cwd=tmp_path, env=env, capture_output=True,
@@ -97,7 +97,7 @@ def test_little_demo_approval(tmp_path):
     ("agent_langgraph.py", "answer: Your order A-17 is a kettle; kettles are back in stock on Friday."),
 ])
 def test_agent_examples_survive_sigkill_mid_tool_call(tmp_path, script, answer_line):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", script), str(tmp_path / "data")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr

@@ -15,6 +15,7 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from checkout import SRC
 
 pytest.importorskip("langgraph")
 
@@ -40,7 +41,7 @@ KINDS = ["local_world", "memory", "local-file", "s3"]
 
 
 def run_child(data_dir: str, log: str, thread: str, mode: str, *extra: Any) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, os.path.join(TESTS, "langgraph_child.py"),
                            data_dir, log, thread, mode, *map(str, extra)],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -83,27 +84,33 @@ def test_interrupt_two_subgraphs_deep_resumes_in_a_fresh_process_and_survives_si
 ASYNC_TRIALS = soak_size("LW_LG_ASYNC_TRIALS", short=3, full=10)
 #: Each node's work in seconds (0: the issue's case, nodes that return at once).
 NODE_SECONDS = float(os.environ.get("LW_LG_NODE_SECONDS", "0"))
+#: Seconds added to each World write of the killed run (an object store's round trip).
+SLOW_WRITE = 1.0
 
 
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "astream"])
 @pytest.mark.parametrize("kind", ["local_world", "local-file"])
-def test_durability_async_never_loses_what_an_earlier_step_acknowledged(kind: str, tmp_path: Any) -> None:
+def test_durability_async_never_loses_what_an_earlier_step_acknowledged(kind: str, how: str, tmp_path: Any) -> None:
     """A chain of eight nodes under durability="async" (LangGraph stores each step's
     checkpoint while the next step runs), SIGKILLed inside n5, then resumed in a fresh
     process with no input: the thread is there (not EmptyInputError — the run waits once
     for a new thread's first checkpoint; before, the graph ran past n5 while it was being
     stored, and lost the thread in most trials on both backends), every checkpoint the
     saver acknowledged before the kill reads back, and no node such a checkpoint covers
-    runs again."""
+    runs again. The same through `ainvoke` and `astream`, whose first checkpoint is looked
+    for on a worker thread (before, their runs never waited); every write here is slowed
+    by SLOW_WRITE seconds, as on an object store, so a run that does not wait reaches n5
+    before the thread's first checkpoint is stored, in every trial."""
     chain = [f"n{i}" for i in range(8)]
     for trial in range(ASYNC_TRIALS):
         folder = tmp_path / f"trial{trial}"
         folder.mkdir()
         data, log = str(folder / "data"), str(folder / "nodes.log")
-        killed = run_child(data, log, "chain", "async-kill", kind, NODE_SECONDS)
+        killed = run_child(data, log, "chain", "async-kill", kind, NODE_SECONDS, how, SLOW_WRITE)
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         assert ran(log) == chain[:6]
         acks = [line.split() for line in open(log + ".acks")] if os.path.exists(log + ".acks") else []
-        done = run_child(data, log, "chain", "async-continue", kind, 0)
+        done = run_child(data, log, "chain", "async-continue", kind, 0, how)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"done": chain, "error": None}, f"trial {trial}"
         world = lw.local_world(data) if kind == "local_world" else lw.virtual_world("file://" + data)
@@ -464,7 +471,7 @@ def test_runs_and_the_catalogue_label_thread_owners_and_gc_and_workers_leave_the
         page = run_page_data(world, owner)
         assert (page["workflowId"], page["status"]) == ("langgraph", "unknown")
     if kind == "local_world":
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
         out = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", "--json",
                               "--data-dir", maker.data_dir],
                              env=env, capture_output=True, text=True, timeout=60)
@@ -502,7 +509,7 @@ def test_little_runs_and_the_ui_show_threads_as_threads(kind: str, tmp_path: Any
             assert ui_row["runId"] == owner + "_1"
         owner = ui_row["runId"]
         assert ui_row["thread"] == thread
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     where = ["--data-dir" if kind == "local_world" else "--world", maker.data_dir]
     listed = subprocess.run([sys.executable, "-m", "little_workflow.cli", "runs", "--json", *where],
                             env=env, capture_output=True, text=True, timeout=60)

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from checkout import SRC
 
 pytest.importorskip("langgraph")
 
@@ -357,7 +358,7 @@ def test_threads_of_the_first_layout_read_resume_and_prune(kind: str, tmp_path: 
 # --- crash-safety of pruning ----------------------------------------------------------------
 
 def run_prune_child(data_dir: str, layout: str, kill_at: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, os.path.join(TESTS, "langgraph_child.py"), data_dir,
                            os.devnull, "p", "prune", layout, str(kill_at)],
                           env=env, capture_output=True, text=True, timeout=120)

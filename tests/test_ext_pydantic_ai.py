@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import pytest
+from checkout import SRC
 
 pytest.importorskip("pydantic_ai")
 
@@ -246,7 +247,7 @@ def test_test_model_agent_with_structured_output(lw_world: Any) -> None:
 
 
 def run_child(data: str, ledger: str, run_id: str, kill_at: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, os.path.join(TESTS, "pydantic_ai_child.py"),
                            data, ledger, run_id, kill_at],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -656,7 +657,7 @@ def test_sigkill_while_waiting_for_approval_then_approve_and_resume(tmp_path: An
     import time
 
     data, led = str(tmp_path / "data"), str(tmp_path / "ledger")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, os.path.join(TESTS, "pydantic_ai_approval_child.py"), data, led, "run_ap1"]
     waiting = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

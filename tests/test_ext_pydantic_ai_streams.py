@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 import pytest
+from checkout import SRC
 
 pytest.importorskip("pydantic_ai")
 
@@ -291,7 +292,7 @@ def test_a_reader_follows_an_agent_while_its_process_is_killed_and_resumed(tmp_p
 
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, tests])}
     args = [sys.executable, os.path.join(tests, "pydantic_ai_stream_child.py"), data, "run_ak1",
             gate]
     first = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -8,10 +8,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from browser import dump_dom, file_url
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -54,7 +54,7 @@ async def outside(ctx, input):
 
 
 def little(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=120)
 
@@ -110,7 +110,7 @@ def test_the_in_process_error_names_the_run_once_and_chains_only_the_cause(tmp_p
     script = "import flows, little_workflow as lw\n" \
              "lw.run_workflow(flows.billing, {}, world='memory://w', run_id='run_once')\n"
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": f"{ROOT}:{tmp_path}"}, timeout=120)
+                       env={**os.environ, "PYTHONPATH": f"{SRC}:{tmp_path}"}, timeout=120)
     assert r.returncode == 1
     assert "no running event loop" not in r.stderr, r.stderr
     assert "During handling of the above exception" not in r.stderr, r.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.runtime.queue_layout import slot_name
@@ -161,7 +162,7 @@ def test_little_schedules_add_names_a_queue_declared_first(tmp_path):
 
     def little(*args: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (os.environ.get("PYTHONPATH"), os.path.dirname(here), here) if p)}
+            p for p in (os.environ.get("PYTHONPATH"), SRC, here) if p)}
         return subprocess.run([sys.executable, "-m", "little_workflow.cli", "--data-dir", data,
                                "schedules", "add", "schedule_worker:tick", "nightly",
                                "--cron", "0 3 * * *", "--input", '{"n": 1}', *args],
@@ -213,7 +214,7 @@ def test_three_worker_processes_make_one_queued_run_per_tick(tmp_path):
     lw.add_schedule(world, "race", tick, cron="* * * * *", input={"n": 3}, catch_up="all",
                     queue="race-q")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (os.environ.get("PYTHONPATH"), os.path.dirname(here)) if p)}
+        p for p in (os.environ.get("PYTHONPATH"), SRC) if p)}
     procs = [subprocess.Popen([sys.executable, os.path.join(here, "schedule_worker.py"),
                                data, clock_file, stop_file], env=env) for _ in range(3)]
     try:

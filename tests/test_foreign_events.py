@@ -24,13 +24,14 @@ import sys
 import time
 
 import pytest
+from checkout import SRC
 from conftest import ROOT, WorldMaker, private_memory
 
 import little_workflow as lw
 from little_workflow.testing import FakeClock
 
 T0 = 1_750_000_000.0
-CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])}
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.path.join(ROOT, "tests")])}
 
 
 @pytest.fixture(params=["memory", "local-file", "local_world"])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -38,7 +39,7 @@ async def grouped(ctx, input):
 
 
 def little(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=120)
 

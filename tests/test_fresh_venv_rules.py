@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from checkout import SRC
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # One test per program, each needing only that program beyond pip's packages.
@@ -26,7 +28,7 @@ def pytest_without_programs(tmp_path, *, ci: bool) -> str:
     empty = tmp_path / "empty-bin"
     empty.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env.update(PATH=str(empty), PYTHONPATH=ROOT)
+    env.update(PATH=str(empty), PYTHONPATH=SRC)
     if ci:
         env["CI"] = "true"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *NEEDS.values()],

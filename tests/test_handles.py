@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.runtime import followers
@@ -27,7 +28,7 @@ from watch_flows import Quote, greet, priced, touch  # noqa: E402
 
 def child_env() -> dict[str, str]:
     return {**os.environ,
-            "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+            "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
 
 
 @lw.workflow(id="waits")

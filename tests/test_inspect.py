@@ -16,6 +16,7 @@ from functools import partial
 
 import pytest
 from browser import Page, dump_dom, file_url
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -23,13 +24,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def little(*args: str, cwd: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def little_bg(*args: str, cwd: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 

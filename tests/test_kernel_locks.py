@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import pytest
+from checkout import SRC
 from crashes import ROOT, TESTS
 from kernel_lock_child import KINDS, data_dir, open_world
 from soak import soak_size
@@ -23,7 +24,7 @@ from soak import soak_size
 import little_workflow as lw
 
 CHILD = os.path.join(TESTS, "kernel_lock_child.py")
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
 #: Races per kind: the bug (both processes executing) shows at the first one.
 TRIALS = soak_size("LW_LOCK_TRIALS", short=5, full=20)
 

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from checkout import SRC
 from leased_stores import leased_store
 
 import little_workflow as lw
@@ -169,7 +170,7 @@ def test_a_killed_holders_lock_is_taken_over_after_its_lease_at_the_next_generat
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, store.url(root), json.dumps(store.storage_options)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "LW_LEASE_SECONDS": str(LEASE)})
+        env={**os.environ, "PYTHONPATH": SRC, "LW_LEASE_SECONDS": str(LEASE)})
     try:
         line = holder.stdout.readline()
         assert line.startswith("holding"), line + holder.stdout.read()
@@ -213,7 +214,7 @@ def test_a_host_with_a_skewed_clock_respects_a_live_lease(store):
         r = subprocess.run([sys.executable, "-c", SKEWED_HOST, store.url(root),
                             json.dumps(store.storage_options)],
                            capture_output=True, text=True, timeout=60, cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": ROOT})
+                           env={**os.environ, "PYTHONPATH": SRC})
         assert r.stdout.startswith("respected:"), r.stdout + r.stderr
         a.append_event("run_skew", "still-mine", {})
 

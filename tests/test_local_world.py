@@ -13,13 +13,14 @@ import sys
 import time
 
 import pytest
-from crashes import ROOT, TESTS
+from checkout import SRC
+from crashes import TESTS
 
 import little_workflow as lw
 
 
 def child(*args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
     return subprocess.Popen([sys.executable, os.path.join(TESTS, "lock_child.py"), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
@@ -35,9 +36,14 @@ def test_layout_and_sqlite_schema(tmp_path):
 
     @lw.workflow(id="layout")
     async def wf(ctx, input):
+        if input:
+            ctx.scratch.pipe_file("r", b"1")
         return await ctx.step("a/b", lambda: lw.current_step().scratch.pipe_file("f", b"1") or 1)
 
-    lw.run_workflow(wf, None, world=world, run_id="run_layout")
+    lw.run_workflow(wf, True, world=world, run_id="run_layout")
+    # A run's scratch folder is made when it is first used, not with every run.
+    lw.run_workflow(wf, False, world=world, run_id="run_no_scratch")
+    assert not (tmp_path / "d" / "runs" / "run_no_scratch" / "scratch").exists()
     world.write_artifact("run_layout", "a/b", "x", {"k": 1})
     d = tmp_path / "d"
     for sub in ("events/events.db", "artifacts/blobs", "runs/run_layout/scratch",

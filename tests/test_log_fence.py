@@ -21,13 +21,14 @@ import time
 from typing import Any
 
 import pytest
+from checkout import SRC
 from conftest import ROOT, private_memory
 
 import little_workflow as lw
 from little_workflow.testing import FakeClock, SimulatedCrash
 
 TESTS = os.path.join(ROOT, "tests")
-CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
 #: Written by whoever is not an executing run: senders and cancellers.
 OUTSIDE = {"signal.received", "run.cancel_requested"}
 

@@ -28,6 +28,7 @@ import sys
 import time
 
 import pytest
+from checkout import SRC
 from conftest import ROOT
 from leased_stores import leased_store
 from soak import soak_size
@@ -50,7 +51,7 @@ STEPS = 5
 def worker_env(store, ledger: str) -> dict[str, str]:
     return {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
+        "PYTHONPATH": os.pathsep.join([SRC, os.path.join(ROOT, "tests")]),
         **store.env(),
         "LW_LEASE_SECONDS": str(LEASE),
         "LW_TORTURE_LEDGER": ledger,

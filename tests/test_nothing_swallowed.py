@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from checkout import SRC
 from fsspec.implementations.memory import MemoryFileSystem
 
 import little_workflow as lw
@@ -142,7 +143,7 @@ FLOWS_V2 = FLOWS_V1.replace('return {"a": a}', 'return {"a": a.bit_count_of}')
 def little(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**os.environ, "PYTHONPATH": SRC})
 
 
 def test_replay_check_fails_a_completed_run_whose_code_now_raises(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.testing import FaultPlan, FaultyFileSystem, SimulatedCrash
@@ -161,7 +162,7 @@ def test_cli_world_url_on_s3(moto_s3):
     bucket = moto_s3.new_bucket()
     env = {**os.environ, "AWS_ENDPOINT_URL": moto_s3.endpoint, "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "PYTHONPATH": root}
+           "PYTHONPATH": SRC}
 
     def little(*args):
         return subprocess.run([sys.executable, "-m", "little_workflow.cli", "--world",

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -65,7 +66,7 @@ class App:
             self.world_args = ["--data-dir", str(tmp_path / "data")]
         else:
             self.world_args = ["--world", f"file://{tmp_path / 'wf'}"]
-        self.env = {**os.environ, "PYTHONPATH": ROOT, "LEDGER": str(self.ledger),
+        self.env = {**os.environ, "PYTHONPATH": SRC, "LEDGER": str(self.ledger),
                     "PYTHONDONTWRITEBYTECODE": "1"}
 
     def write(self, body: str, version: str | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import site
@@ -157,6 +158,39 @@ def test_the_installed_package_registers_the_plugin(venv_python, tmp_path):
     r = subprocess.run([venv_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mine.py"],
                        cwd=tmp_path, capture_output=True, text=True, env=user_env(), timeout=300)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_the_editable_install_exposes_only_the_librarys_packages(venv_python, tmp_path):
+    """Issue #32: `pip install -e .` put the checkout's root on sys.path, so its `tests`,
+    `examples` and `benchmarks` were importable top-level packages in the user's venv."""
+    probe = textwrap.dedent("""
+        import importlib.util, json, os, sys
+        import little_workflow, fs_adapters
+        found = {}
+        for name in ("tests", "examples", "benchmarks"):
+            spec = importlib.util.find_spec(name)
+            # A namespace package (tests/ has no __init__.py) has locations, no origin.
+            if spec is None:
+                found[name] = []
+            elif spec.origin:
+                found[name] = [spec.origin]
+            else:
+                found[name] = list(spec.submodule_search_locations)
+        print(json.dumps({"path": [os.path.realpath(p) for p in sys.path if p],
+                          "ours": [little_workflow.__file__, fs_adapters.__file__],
+                          "others": found}))
+    """)
+    r = subprocess.run([venv_python, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                       env=user_env(), timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    seen = json.loads(r.stdout)
+    root = os.path.realpath(ROOT)
+    assert all(os.path.realpath(f).startswith(root + os.sep) for f in seen["ours"]), seen["ours"]
+    # A same-named package from elsewhere in the environment is not ours to judge.
+    from_here = {name: where for name, where in seen["others"].items()
+                 if any(os.path.realpath(w).startswith(root + os.sep) for w in where)}
+    assert from_here == {}, from_here
+    assert root not in seen["path"], seen["path"]
 
 
 def test_mypy_finds_little_workflows_types_after_the_readme_editable_install(venv_python, tmp_path):

@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -24,7 +25,7 @@ ROOT = os.path.dirname(HERE)
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, HERE]), **(extra or {})}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, HERE]), **(extra or {})}
 
 
 def s3_env(moto_s3, lease: float | None = None) -> dict[str, str]:
@@ -104,10 +105,17 @@ def test_update_document_loses_no_update_between_processes(kind, tmp_path, reque
     spec, env = world_spec(kind, tmp_path, moto_s3)
     per_process = 15 if kind == "s3" else 40
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "queue_child.py"), "count",
-                               spec, "q/counter.json", str(per_process)], env=child_env(env))
+                               spec, "q/counter.json", str(per_process)], env=child_env(env),
+                              stdout=subprocess.PIPE, text=True)
              for _ in range(3)]
+    written: list[int] = []
     for p in procs:
-        assert p.wait(timeout=240) == 0
+        out, _ = p.communicate(timeout=240)
+        assert p.returncode == 0
+        written += [int(line) for line in out.split()]
+    twice = sorted({n for n in written if written.count(n) > 1})
+    assert not twice, f"values written by two processes (two writes of one version won): {twice}"
+    assert sorted(written) == list(range(1, 3 * per_process + 1))
     world = parent_world(spec, moto_s3)
     assert world.read_document("q/counter.json") == {"n": 3 * per_process}
 

@@ -403,6 +403,37 @@ def test_starts_within_any_window_never_exceed_the_rate_limit(memory_world):
     assert times[-1] - times[0] < 3.0
 
 
+def test_a_worker_starts_when_the_window_has_room_by_the_worlds_clock():
+    # The window is 600 s of a FakeClock: a worker that slept until its next look (in
+    # real seconds) instead of until the window frees would not start the next three
+    # runs when the clock is moved to exactly that moment.
+    t0 = 1_800_000_000.0
+    clock = FakeClock(start=t0, stall_seconds=None)
+    world = lw.virtual_world(private_memory(), "/wf", clock=clock)
+    lw.declare_queue(world, "r", rate_limit=lw.RateLimit(limit=3, period=600))
+    handles = [lw.enqueue(world, busy, {"n": i, "seconds": 0}, queue="r") for i in range(9)]
+    run_ids = [h.run_id for h in handles]
+    worker = lw.Worker(world, workflows=[busy], concurrency=8)
+    drainer = threading.Thread(target=worker.run_until_idle, daemon=True)
+    drainer.start()
+    try:
+        for started in (3, 6):
+            give_up = time.monotonic() + 60
+            while sum(h.status() == "completed" for h in handles) < started:
+                assert time.monotonic() < give_up, f"fewer than {started} runs started"
+                time.sleep(0.02)
+            assert len(first_admissions(world, run_ids)) == started  # the window holds
+            clock.advance(600)  # the window frees exactly now
+        drainer.join(60)
+        assert not drainer.is_alive(), "the worker did not start the last runs"
+    finally:
+        worker.close()
+    from little_workflow.world.clock import from_iso
+
+    times = sorted(from_iso(a["at"]) for a in first_admissions(world, run_ids).values())
+    assert times == [t0] * 3 + [t0 + 600] * 3 + [t0 + 1200] * 3
+
+
 def test_list_queues_counts_depth_running_and_recent_rate(memory_world):
     lw.declare_queue(memory_world, "q", concurrency=1)
     for i in range(3):

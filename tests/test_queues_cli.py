@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+from checkout import SRC
+
 import little_workflow as lw
 from little_workflow.ops.inspect import run_page_data
 
@@ -24,7 +26,7 @@ async def add(ctx, input):
 
 
 def little(*args: str, cwd) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{cwd}", "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -104,7 +106,7 @@ def test_start_with_a_queue_enqueues_and_wait_gives_the_result(tmp_path):
     data_dir = project(tmp_path)
     worker = subprocess.Popen(
         [sys.executable, "-m", "little_workflow.cli", "worker", "qflows", "--data-dir", data_dir],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{tmp_path}"},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         out = little("start", "qflows:add", "--input", '{"n": 1}', "--queue", "llm", "--wait",

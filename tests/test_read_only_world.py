@@ -14,6 +14,7 @@ import textwrap
 import time
 
 import pytest
+from checkout import SRC
 from read_only_mount import run_on_read_only
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +37,7 @@ FLOWS = textwrap.dedent('''
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": ROOT}
+    return {**os.environ, "PYTHONPATH": SRC}
 
 
 def little(*args: str, cwd: object) -> subprocess.CompletedProcess:

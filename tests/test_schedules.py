@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.testing import FakeClock
@@ -266,7 +267,7 @@ def test_three_worker_processes_make_exactly_one_run_per_tick(tmp_path):
     world = lw.local_world(data, clock=FileClock(clock_file))
     lw.add_schedule(world, "race", tick, cron="* * * * *", input={"n": 3}, catch_up="all")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (os.environ.get("PYTHONPATH"), os.path.dirname(HERE)) if p)}
+        p for p in (os.environ.get("PYTHONPATH"), SRC) if p)}
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "schedule_worker.py"),
                                data, clock_file, stop_file], env=env) for _ in range(3)]
     try:
@@ -299,7 +300,7 @@ def test_three_worker_processes_make_exactly_one_run_per_tick(tmp_path):
 
 def little(*args: str, cwd: object) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (os.environ.get("PYTHONPATH"), os.path.dirname(HERE), HERE) if p)}
+        p for p in (os.environ.get("PYTHONPATH"), SRC, HERE) if p)}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=str(cwd),
                           capture_output=True, text=True, env=env, timeout=120)
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+from checkout import SRC
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROBE = ("import soak; "
@@ -40,6 +42,6 @@ def test_ci_runs_the_long_forms():
 def test_pytest_says_which_size_it_runs():
     env = {k: v for k, v in os.environ.items() if k != "LW_SOAK"}
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co",
-                        "tests/test_soak_switch.py"], cwd=ROOT, env={**env, "PYTHONPATH": ROOT},
+                        "tests/test_soak_switch.py"], cwd=ROOT, env={**env, "PYTHONPATH": SRC},
                        capture_output=True, text=True, timeout=120)
     assert "soak: short defaults (LW_SOAK=1" in r.stdout, r.stdout

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+from checkout import SRC
 from external_tools import require_tool
 
 import little_workflow as lw
@@ -42,7 +43,7 @@ def traced_syscalls(data_dir: str, appends: int, tmp_path) -> list[tuple[str, st
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     trace = tmp_path / "trace.txt"
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=SRC)
     r = subprocess.run(
         [strace, "-f", "-y", "-qq", "-s", "64", "-o", str(trace),
          "-e", "trace=openat,write,pwrite64,fsync,fdatasync,close,rename,unlink,ftruncate",

@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 import pytest
+from checkout import SRC
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 from soak import soak_size
@@ -43,7 +44,7 @@ class Other:
 
     def __call__(self, command: str, *args: Any) -> Any:
         if self.kind in ("local_world", "local-file"):
-            env = {**os.environ, "PYTHONPATH": ROOT}
+            env = {**os.environ, "PYTHONPATH": SRC}
             out = subprocess.run(
                 [sys.executable, os.path.join(ROOT, "tests", "stale_flows.py"), self.kind,
                  self.data_dir, command, *map(str, args)],

@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow import errors
@@ -302,7 +303,7 @@ def run_on_private_mount(tmp_path, case: str, size: str) -> list[list[str]]:
         ["unshare", "-m", "sh", "-c",
          f'mount -t tmpfs -o size={size} tmpfs "$1" && exec "$2" "$3" "$1" "$4"', "sh",
          str(mount), sys.executable, str(child), case],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": SRC})
     assert r.returncode == 0, r.stderr[-3000:]
     return [line.split("\t") for line in r.stdout.splitlines()]
 
@@ -363,7 +364,7 @@ def test_local_world_in_a_dir_the_user_may_not_write(tmp_path):
         os.chmod(base, 0o555)
         r = subprocess.run([sys.executable, "-c", NOBODY_CHILD, existing,
                             os.path.join(base, "fresh")], capture_output=True, text=True,
-                           cwd="/", timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+                           cwd="/", timeout=120, env={**os.environ, "PYTHONPATH": SRC})
         lines = [line.split("\t") for line in r.stdout.splitlines()]
         assert [line[0] for line in lines] == ["StoragePermissionError"] * 2, (lines, r.stderr)
         assert lines[0][1].startswith(existing) and lines[1][1] == os.path.join(base, "fresh")

@@ -14,6 +14,7 @@ import tempfile
 import textwrap
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.testing import FaultPlan, faulty_local_world
@@ -44,7 +45,7 @@ EXPECTED = {"b": 4, "big": 70_000}
 
 
 def little(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=120)
 
@@ -152,7 +153,7 @@ READ_ONLY_CHILD = textwrap.dedent("""
 
 def run_as_nobody(*args: str, cwd: str) -> subprocess.CompletedProcess:
     """The CLI in a process without root's power to ignore file permissions."""
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": SRC}
     if os.geteuid() != 0:
         return little(*args, cwd=cwd)
     return subprocess.run([sys.executable, "-c", READ_ONLY_CHILD, *args], cwd=cwd,

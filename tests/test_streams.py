@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.runtime import followers
@@ -290,7 +291,7 @@ def test_a_fork_keeps_the_writes_before_its_cut(memory_world: Any) -> None:
 # ---- across processes: the writer is SIGKILLed mid-run and resumed ----------------------
 
 def _child_spec(make_world: Any) -> tuple[str, dict[str, str]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")])}
     if make_world.kind == "local_world":
         return "local:" + make_world.data_dir, env
     if make_world.kind == "local-file":

@@ -153,8 +153,15 @@ def test_entry_with_no_run_log_is_kept_for_the_grace_period(memory_world, monkey
         worker.close()
 
 
-def test_every_way_a_run_is_made_indexes_it_and_every_end_removes_it(memory_world):
-    world = memory_world
+@pytest.fixture(params=["memory", "local_world"])
+def indexed_world(request, tmp_path):
+    if request.param == "memory":
+        return lw.virtual_world(private_memory(), "/wf")
+    return lw.local_world(str(tmp_path / "lw"))
+
+
+def test_every_way_a_run_is_made_indexes_it_and_every_end_removes_it(indexed_world):
+    world = indexed_world
     rid = lw.start_workflow(known, {"n": 1}, world=world)
     assert active_index.active_run_ids(world) == [rid]
     lw.cancel_run(world, rid)
@@ -170,3 +177,52 @@ def test_every_way_a_run_is_made_indexes_it_and_every_end_removes_it(memory_worl
     worker.close()
     assert active_index.active_run_ids(world) == []
     assert lw.run_workflow(known, {"n": 2}, world=world, run_id=fork).output == {"n": 3}
+
+
+CREATOR = """
+import os, signal, sys
+import little_workflow as lw
+sys.path.insert(0, sys.argv[2])
+from test_sweep_index import known
+run_id = lw.start_workflow(known, {"n": 41}, world=lw.local_world(sys.argv[1]))
+os.write(1, run_id.encode())
+os.kill(os.getpid(), signal.SIGKILL)  # right after the start was acknowledged
+"""
+
+
+def test_local_world_indexes_a_run_in_the_transaction_of_its_creation(tmp_path):
+    """local_world writes no `active/` entry (two fsyncs per run): the catalogue row that
+    commits with `run.created` is the index. A process SIGKILLed right after its start
+    returned leaves a run the next worker's sweep finds and finishes."""
+    import subprocess
+    import sys
+
+    data = str(tmp_path / "lw")
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", CREATOR, data, here], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ))
+    assert r.returncode == -9, r.stderr[-2000:]
+    run_id = r.stdout
+    world = lw.local_world(data)
+    assert world.list_dir("active") == []
+    assert active_index.active_run_ids(world) == [run_id]
+    worker = lw.Worker(world, workflows=[known])
+    try:
+        worker.run_until_idle()
+    finally:
+        worker.close()
+    assert lw.materialize_run_state(world, run_id).status == "completed"
+    assert active_index.active_run_ids(world) == []
+
+
+def test_entries_a_local_world_wrote_before_are_still_listed_and_removed(tmp_path):
+    world = lw.local_world(str(tmp_path / "lw"))
+    lw.run_workflow(known, {"n": 1}, world=world, run_id="run_old_entry")
+    world.write_document("active/run_old_entry.json", {"runId": "run_old_entry"})
+    assert active_index.active_run_ids(world) == ["run_old_entry"]
+    worker = lw.Worker(world, workflows=[known])
+    try:
+        assert worker.sweep() == 0
+    finally:
+        worker.close()
+    assert active_index.active_run_ids(world) == []

@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -22,6 +23,9 @@ import little_workflow as lw
 pytestmark = pytest.mark.xdist_group("mypy-cache")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: mypy checks the copy this process imports, with this checkout's settings.
+CONFIG = os.path.join(ROOT, "pyproject.toml")
 
 #: mypy errors per file, as they were when the door was typed: each one a debt, none new.
 BASELINE = {
@@ -46,9 +50,9 @@ def mypy_errors(*extra: str) -> list[str]:
     # A cache of its own: test_user_types runs mypy with other options on its cache.
     cache = os.path.join(tempfile.gettempdir(), "little-workflow-mypy-cache-door")
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", cache, "--no-error-summary",
-         "--show-absolute-path", "little_workflow", "fs_adapters", *extra],
-        cwd=ROOT, capture_output=True, text=True)
+        [sys.executable, "-m", "mypy", "--config-file", CONFIG, "--cache-dir", cache,
+         "--no-error-summary", "--show-absolute-path", "little_workflow", "fs_adapters", *extra],
+        cwd=SRC, capture_output=True, text=True)
     assert "error: " in out.stdout or out.returncode == 0, out.stdout + out.stderr
     return [line for line in out.stdout.splitlines() if ": error: " in line]
 
@@ -62,7 +66,7 @@ def test_mypy_finds_no_more_errors_than_the_baseline_and_every_breach_of_the_doo
     in_breaches = [e for e in errors if e.startswith(str(breach_file))]
     reached = sorted(set(re.findall(r'has no attribute "(\w+)"', "\n".join(in_breaches))))
     assert reached == ["artifacts", "events", "logs", "publisher", "state"], in_breaches
-    counts = Counter(os.path.relpath(e.split(":", 1)[0], ROOT) for e in errors
+    counts = Counter(os.path.relpath(e.split(":", 1)[0], SRC) for e in errors
                      if not e.startswith(str(breach_file)))
     grown = {f: (n, BASELINE.get(f, 0)) for f, n in counts.items() if n > BASELINE.get(f, 0)}
     assert not grown, "mypy errors above the baseline (found, allowed):\n" + "\n".join(

@@ -10,6 +10,7 @@ import json
 import threading
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.ops.ui import make_server
@@ -316,10 +317,9 @@ def test_resume_of_a_run_another_process_executes_is_409_naming_it(tmp_path):
     from little_workflow.ops.cli_support import load_workflows
 
     (tmp_path / "slow_flows.py").write_text(SLOW_FLOWS)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     holder = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "run", "slow_flows.py:slow",
                                "--input", "{}", "--run-id", "run_busy", "--data-dir", "data"],
-                              cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": root},
+                              cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": SRC},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     world = lw.local_world(str(tmp_path / "data"))
     server = None

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 from browser import Page
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.ops.cli_support import load_workflows
@@ -51,7 +52,7 @@ def site(tmp_path):
     [asks] = load_workflows(str(tmp_path / "flows.py") + ":asks")
     assert lw.run_workflow(gate, {"n": 3}, world=world, run_id="run_gate", suspend=True).status == "waiting"
     assert lw.run_workflow(asks, {}, world=world, run_id="run_asks", suspend=True).status == "waiting"
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "ui", "flows.py",
                              "--port", "0", "--data-dir", "data"], cwd=str(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -10,9 +10,10 @@ import sys
 import textwrap
 
 import pytest
+from checkout import SRC
 
-# One worker runs this file under xdist (`--dist loadgroup`): its module-scoped mypy cache
-# is then built once, not once per worker (each cold build is tens of CPU-seconds).
+# One worker runs this file under xdist (`--dist loadgroup`): the session's strict mypy
+# cache (conftest.strict_mypy_cache) is then built once, not once per worker.
 pytestmark = pytest.mark.xdist_group("mypy-cache")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,19 +67,15 @@ def test_mypy_sees_step_results_arguments_now_and_status(tmp_path, mypy_cache):
     assert len(errors) == 1, out  # only the deliberate mistake
 
 
-@pytest.fixture(scope="module")
-def mypy_cache(tmp_path_factory):
-    """One mypy cache for this module's runs, new each session: the first run analyses
-    the standard library, pydantic and little_workflow once (tens of seconds of CPU);
-    the next ones check only their own files against it. Incremental mode re-checks any
-    file whose content changed, so the verdicts are those of a cold run."""
-    return str(tmp_path_factory.mktemp("mypy-cache"))
+@pytest.fixture
+def mypy_cache(strict_mypy_cache):
+    return strict_mypy_cache
 
 
 def _mypy(tmp_path, cache_dir: str, *files: str) -> str:
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache_dir,
                         "--follow-imports=silent", *files], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600, env={**os.environ, "MYPYPATH": ROOT})
+                       text=True, timeout=600, env={**os.environ, "MYPYPATH": SRC})
     return r.stdout.replace("builtins.", "")  # mypy before 2.0 spelled builtins out
 
 

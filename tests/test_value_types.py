@@ -25,8 +25,9 @@ from typing import Any, Optional, Union
 
 import pytest
 import typing_extensions
+from checkout import SRC
 from click.testing import CliRunner
-from conftest import ROOT, WorldMaker
+from conftest import WorldMaker
 from pydantic import BaseModel, ConfigDict, Field
 
 import little_workflow as lw
@@ -612,7 +613,7 @@ def test_little_run_prints_a_typed_output_as_json(tmp_path):
         "async def flow(ctx: lw.RunContext, input: dict[str, int]) -> Out:\n"
         "    return Out(at=datetime(2026, 1, 1, tzinfo=timezone.utc), tags={'b', 'a'},\n"
         "               blob=b'\\xff')\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{SRC}"}
     for extra in ([], ["--json"]):
         r = subprocess.run([sys.executable, "-m", "little_workflow.cli", "run", "typedflow:flow",
                             "--input", '{"n": 1}', "--run-id", "run_cli_typed",

@@ -13,7 +13,12 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import ROOT
+import pytest
+from checkout import SRC
+
+# On the worker that runs tests/test_user_types.py: they share the session's strict mypy
+# cache (conftest.strict_mypy_cache), built once.
+pytestmark = pytest.mark.xdist_group("mypy-cache")
 
 FLOW = '''
 from __future__ import annotations
@@ -233,12 +238,12 @@ if __name__ == "__main__":
 '''
 
 
-def mypy_reveals(tmp_path) -> dict[str, str]:
+def mypy_reveals(tmp_path, cache_dir: str) -> dict[str, str]:
     """label -> what mypy --strict reveals for it."""
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache_dir,
                         "--follow-imports=silent", "typesflow.py"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "MYPYPATH": ROOT})
+                       env={**os.environ, "MYPYPATH": SRC})
     out = r.stdout.replace("builtins.", "")
     assert ": error:" not in out, out
     lines = FLOW.splitlines()
@@ -265,7 +270,7 @@ def runtime_types_for(revealed: str) -> set[str]:
 
 
 def run_phase(tmp_path, phase: str, crash: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{SRC}",
            "LW_TEST_LEDGER": str(tmp_path / "ledger.jsonl"), "PYTHONHASHSEED": "0",
            "LW_TEST_CRASH": "1" if crash else "0"}
     return subprocess.run([sys.executable, "-c", "import sys, typesflow; typesflow.main(*sys.argv[1:])",
@@ -273,9 +278,10 @@ def run_phase(tmp_path, phase: str, crash: bool = False) -> subprocess.Completed
                           capture_output=True, text=True, timeout=300)
 
 
-def test_reveal_type_and_runtime_type_agree_first_run_after_sigkill_and_on_replay(tmp_path):
+def test_reveal_type_and_runtime_type_agree_first_run_after_sigkill_and_on_replay(
+        tmp_path, strict_mypy_cache):
     (tmp_path / "typesflow.py").write_text(textwrap.dedent(FLOW))
-    reveals = mypy_reveals(tmp_path)
+    reveals = mypy_reveals(tmp_path, strict_mypy_cache)
     assert len(reveals) == 32, reveals
 
     first = run_phase(tmp_path, "first", crash=True)
@@ -305,6 +311,6 @@ def test_reveal_type_and_runtime_type_agree_first_run_after_sigkill_and_on_repla
     events = json.loads(subprocess.run(
         [sys.executable, "-m", "little_workflow.cli", "events", "run_types", "--json",
          "--data-dir", str(tmp_path / "data")], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": ROOT}).stdout)
+        env={**os.environ, "PYTHONPATH": SRC}).stdout)
     succeeded = [e["payload"]["stepPath"] for e in events if e["type"] == "step.succeeded"]
     assert len(succeeded) == len(set(succeeded)) == 21, succeeded

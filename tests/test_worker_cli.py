@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from checkout import SRC
+
 import little_workflow as lw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +56,7 @@ def project(tmp_path):
 
 
 def worker(*args: str, cwd) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "worker", *args], cwd=cwd,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

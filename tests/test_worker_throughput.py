@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+from checkout import SRC
+
 import little_workflow as lw
 
 CALLS: list[str] = []
@@ -131,7 +133,6 @@ def test_a_worker_picks_up_an_event_sent_from_another_process_within_a_fraction_
     data_dir = str(tmp_path / "lw")
     world = lw.local_world(data_dir)
     worker, thread = _running_worker(world, [listener])
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     latencies = []
     try:
         for i in range(5):
@@ -145,7 +146,7 @@ def test_a_worker_picks_up_an_event_sent_from_another_process_within_a_fraction_
                  "w = lw.local_world(sys.argv[1]); t = time.time()\n"
                  "lw.send_event(w, sys.argv[2], 'approval', {'ok': True}); print(repr(t))",
                  data_dir, run_id],
-                env={**os.environ, "PYTHONPATH": root}, capture_output=True, text=True,
+                env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True,
                 timeout=60, check=True)
             _wait_until(lambda k=key: k in STARTS, "the run to continue")
             latencies.append(STARTS[key] - float(sent.stdout))

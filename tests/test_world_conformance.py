@@ -8,6 +8,7 @@ import os
 import threading
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 from little_workflow.world.ids import canonical_json
@@ -343,12 +344,11 @@ def wal_synced_by_sync(tmp_path, mode: str) -> tuple[int, bool]:
     strace = require_tool("strace")
     data_dir = str(tmp_path / mode)
     trace = tmp_path / f"{mode}.trace"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([strace, "-f", "-y", "-qq", "-o", str(trace), "-e",
                         "trace=write,pwrite64,fsync,fdatasync", sys.executable, "-c",
                         SQLITE_SYNC_CHILD, data_dir, mode],
                        capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": root})
+                       env={**os.environ, "PYTHONPATH": SRC})
     assert r.returncode == 0 and r.stdout.split() == ["APPENDING", "SYNCING", "SYNCED"], r.stderr
     wal = os.path.join(data_dir, "events", "events.db-wal")
     phase, wal_writes, synced = "", 0, False

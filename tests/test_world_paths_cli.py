@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from checkout import SRC
 
 import little_workflow as lw
 
@@ -25,7 +26,7 @@ def little(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.Com
     base = {k: v for k, v in os.environ.items() if k not in ("LITTLE_WORLD", "LITTLE_DATA_DIR")}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
-                          env={**base, "PYTHONPATH": ROOT, **(env or {})})
+                          env={**base, "PYTHONPATH": SRC, **(env or {})})
 
 
 def event_types(r: subprocess.CompletedProcess) -> list[str]:

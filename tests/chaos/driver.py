@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from checkout import SRC
+
 from chaos import history, mutants
 from chaos.flows import LEDGER_ENV, STEP_SECONDS_ENV, WAIT_RESULT_STEPS, WORKER_TARGETS
 from chaos.unfenced import UNFENCED_ENV
@@ -106,7 +108,7 @@ def run_chaos(kind: str, spec: str, seed: int, seconds: float, workdir: str, *,
     os.makedirs(workdir, exist_ok=True)
     ledger = os.path.join(workdir, "ledger.jsonl")
     env = {**os.environ, **(extra_env or {}),
-           "PYTHONPATH": os.pathsep.join([ROOT, TESTS]),
+           "PYTHONPATH": os.pathsep.join([SRC, TESTS]),
            LEDGER_ENV: ledger, STEP_SECONDS_ENV: str(step_seconds), "LW_CHAOS_PACE": str(pace)}
     for link in (links or {}).values():
         link.peers = [other for other in links.values() if other is not link]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable
 
+from ..vocabulary import FINISHED_STATUSES, RUN_STATUSES
 from .query import RunQuery
 from .summary import (
     SummaryDoc,
@@ -15,6 +16,9 @@ from .summary import (
     summary_json,
 )
 from .tracker import SummaryTracker, progress_printer
+
+#: The statuses of a run created and not yet ended ("unknown" is a log with no run).
+UNFINISHED_STATUSES = tuple(s for s in RUN_STATUSES if s not in FINISHED_STATUSES and s != "unknown")
 
 # --- local_world: the `runs` table in events.db ----------------------------------------------
 
@@ -183,6 +187,20 @@ class StoreCatalogue:
     def summarized_runs(self) -> list[str]:
         return self.store.query(
             lambda conn: [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")])
+
+    @property
+    def lists_unfinished(self) -> bool:
+        """True when `unfinished_run_ids` names every unfinished run: a run's row commits
+        with its `run.created` and changes status with its last event, in one transaction
+        each. Not while a World written before the catalogue is still to be summarized."""
+        return not self.store.catalogue_needs_build
+
+    def unfinished_run_ids(self) -> list[str]:
+        """Every run created and not yet ended, in run id order (the `runs_by_status`
+        index: its cost grows with unfinished runs, not with every run)."""
+        return self.store.query(lambda conn: sorted(r[0] for r in conn.execute(
+            f"SELECT run_id FROM runs WHERE status IN ({','.join('?' * len(UNFINISHED_STATUSES))})",
+            UNFINISHED_STATUSES)))
 
     def entry_problems(self, docs: dict[str, SummaryDoc], now: float) -> list[str]:
         """SQLite keeps its indexes itself: nothing to check."""

@@ -56,6 +56,9 @@ SWEEP_SECONDS = 1.0
 FAST_POLL_RUNS = 256
 #: After a sweep that took d seconds, the next one waits until SWEEP_GAP * d have passed.
 SWEEP_GAP = 4.0
+#: The shortest wait for a queue's place or window (seconds): a window that frees "now"
+#: by one reading of the clock and not yet by the next is not tried in a busy loop.
+MIN_RETRY_SECONDS = 0.001
 
 
 class Worker:
@@ -288,23 +291,39 @@ class Worker:
             _cancel_leftovers(loop)
 
     def _paced_sweep(self, *, skip_locked: bool = False) -> int:
-        """`sweep()`, but no sooner than SWEEP_GAP times the last sweep's duration after it
-        ended: a burst of wake-ups (runs started one by one in this process) cannot spend
-        more than about 1/(SWEEP_GAP + 1) of the time sweeping. A small World's sweep takes
-        well under a millisecond, so this delays nothing there."""
-        rest = self._last_sweep[1] + SWEEP_GAP * self._last_sweep[0] - time.monotonic()
-        if rest > 0:
-            self._stop.wait(rest)
+        """`sweep()`, but no sooner than SWEEP_GAP times the last sweep's reading time
+        after it ended: a burst of wake-ups (runs started one by one in this process)
+        cannot spend more than about 1/(SWEEP_GAP + 1) of the time sweeping. A small
+        World's sweep takes well under a millisecond, so this delays nothing there. The
+        pass that starts queued runs is not part of the pace (it starts runs, it does not
+        read them again), and a queue's place or window that frees before the pace ends
+        gets its pass then, from the runs the last sweep found."""
+        admitted = 0
+        while not self._stop.is_set():
+            rest = self._last_sweep[1] + SWEEP_GAP * self._last_sweep[0] - time.monotonic()
+            if rest <= 0:
+                break
+            retry = self._queues.retry_in()
+            if retry is None or retry >= rest:
+                self._stop.wait(rest)
+                break
+            self._stop.wait(max(retry, MIN_RETRY_SECONDS))
+            admitted += self._admit_queued()
         t = time.monotonic()
-        started = self.sweep(skip_locked=skip_locked)
+        started = self._start_due(skip_locked=skip_locked)
         now = time.monotonic()
         self._last_sweep = (now - t, now)
-        return started
+        return admitted + started + self._admit_queued()
 
     def sweep(self, *, skip_locked: bool = False) -> int:
         """Start every due run (up to the pool's capacity queueing the rest; queued runs
         within their queues' limits, up to the pool's free threads); returns how many
         were started."""
+        return self._start_due(skip_locked=skip_locked) + self._admit_queued()
+
+    def _start_due(self, *, skip_locked: bool = False) -> int:
+        """The reading part of a sweep: hand every due run that is not queued to the pool
+        and offer the queued ones to the picker; returns how many were handed over."""
         started = 0
         queued = []
         for run_id, wf, run_log in self.due_runs(skip_locked=skip_locked):
@@ -324,7 +343,7 @@ class Worker:
             started += 1
         with self._admit_lock:
             self._queues.offer(queued)
-        return started + self._admit_queued()
+        return started
 
     def _admit_queued(self) -> int:
         """One pass over the queued runs (queue_picking.py): each admitted run goes to the
@@ -389,9 +408,22 @@ class Worker:
                     return
                 # A thread idles (see _done), something was appended, or a queue's place
                 # or window may have freed.
-                self._wake.wait(self._queues.retry_in() if waiting else None)
+                self._wait_for_wake(self._queues.retry_in() if waiting else None)
         finally:
             unlisten(self.world, None, self)
+
+    def _wait_for_wake(self, seconds: float | None) -> None:
+        """Until woken or `seconds` pass; on a clock moved by hand (FakeClock) also until
+        it reaches the time a queue's full rate window frees, so that start is taken at
+        that moment of the World's clock, not at the next look."""
+        frees_at = self._queues.frees_at()
+        wake_at = getattr(self.world.clock, "wake_at", None)
+        cancel = wake_at(frees_at, self._wake) if frees_at is not None and wake_at is not None else None
+        try:
+            self._wake.wait(seconds)
+        finally:
+            if cancel is not None:
+                cancel()
 
     def run(self) -> None:
         """Sweep until `.stop()` (or SIGTERM/SIGINT in the main thread). In-flight runs
@@ -425,7 +457,7 @@ class Worker:
                     next_due = retry_in
             pause = min(left, WAIT_POLL_SECONDS)
             if next_due is not None and next_due < pause:
-                self._wake.wait(next_due)
+                self._wait_for_wake(next_due)
                 return  # a timer or deadline is due: sweep
             if self._wake.wait(pause) or self._event_arrived(waiters):
                 return

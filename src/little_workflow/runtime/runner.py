@@ -320,10 +320,11 @@ def failure_payload(e: BaseException) -> dict[str, Any]:
 
 def create_run_sync(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                     extra: dict[str, Any] | None = None) -> None:
-    """Write a new run: its version record, scratch folder, index entry, `run.created`."""
+    """Write a new run: its version record, index entry, `run.created`. Its scratch
+    folder is made by the first view of it (`ctx.scratch`): most runs never use one, and
+    making it costs two directory fsyncs."""
     world = ctx.world
     register_version(world, wf)
-    world.ensure_dir(f"runs/{ctx.run_id}/scratch")
     mark_active(world, ctx.run_id, wf.id)  # before run.created
     ctx.append_sync("run.created", {
         "workflowId": wf.id, "workflowVersionId": wf.version_id, "version": wf.code_version,
@@ -334,7 +335,7 @@ def create_run_sync(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_h
 
 async def create_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                      extra: dict[str, Any] | None = None) -> None:
-    # One thread hop for the four writes (each may block on an fsync or the network).
+    # One thread hop for the three writes (each may block on an fsync or the network).
     await offload(ctx.world, create_run_sync, ctx, wf, input, input_hash, extra)
 
 

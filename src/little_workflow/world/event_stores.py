@@ -263,6 +263,11 @@ EVENTS_SCHEMA = (
 )
 
 
+#: World counters (`World.take_number`), made at their first use.
+COUNTERS_SCHEMA = ("CREATE TABLE IF NOT EXISTS counters ("
+                   " name TEXT PRIMARY KEY, next INTEGER NOT NULL) WITHOUT ROWID")
+
+
 class SqliteEventStore(EventStore):
     """SQLite in WAL mode, `PRIMARY KEY (run_id, sequence)`, durable commits
     (`synchronous=FULL`; `NORMAL` only for a batch of `durable=False` appends, never
@@ -581,6 +586,30 @@ class SqliteEventStore(EventStore):
             "INSERT OR IGNORE INTO events (run_id, sequence, idempotency_key, envelope)"
             " SELECT ?1, ?2, ?3, ?4 WHERE ?2 = 1 OR EXISTS"
             " (SELECT 1 FROM events WHERE run_id = ?1 AND sequence = ?2 - 1)", row).rowcount == 1
+
+    def take_number(self, name: str, first: Callable[[], int]) -> int:
+        """The next number of counter `name` (`first()` the first time) in a commit that
+        is not synced: every later synced commit — the run.created that records the
+        number — fsyncs the WAL, and this commit with it (the WAL is one file, written in
+        commit order). A process killed after this returns keeps it (it is in the WAL)."""
+        def take() -> int:
+            self._set_synchronous(False)
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(COUNTERS_SCHEMA)
+                rows = conn.execute("SELECT next FROM counters WHERE name = ?", (name,)).fetchall()
+                number = int(rows[0][0]) if rows else int(first())
+                conn.execute("INSERT OR REPLACE INTO counters (name, next) VALUES (?, ?)",
+                             (name, number + 1))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return number
+
+        return self._retrying(take)
 
     def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn(connection)` under the connection lock (reads of the run catalogue)."""

@@ -183,6 +183,10 @@ class TracingWorld:
         self._report("update_document", args, kwargs)
         return self._world.update_document(*args, **kwargs)
 
+    def take_number(self, *args: Any, **kwargs: Any) -> int:
+        self._report("take_number", args, kwargs)
+        return self._world.take_number(*args, **kwargs)
+
     def memory(self, *args: Any, **kwargs: Any) -> Any:
         self._report("memory", args, kwargs)
         return memory_store_of(self, *args, **kwargs)

@@ -293,6 +293,22 @@ class World(WorldFiles):
             raise WorldPathError(f"invalid slot name {name!r}: [A-Za-z0-9_-]{{1,100}}")
         return take_slot(self.state, self._slot_locks, name, label)
 
+    def take_number(self, name: str) -> int:
+        """The next number (1, 2, …) of the World's counter `name`, never given twice by
+        any process or host, and durable no later than the next durable append made
+        after it returns — so a record that carries it (a queued run's enqueue order in
+        its `run.created`) never outlives it. On local_world one commit in events.db with
+        no sync of its own (the record's synced commit, later in the same WAL, makes it
+        durable with it); elsewhere the document `<name>.json` `{next}`, changed by a
+        durable compare-and-swap — where a local_world counter also starts, the first
+        time, so a counter kept there before goes on from where it was."""
+        take = getattr(self.events, "take_number", None)
+        if take is None:
+            doc = self.update_document(
+                f"{name}.json", lambda d: {"next": _counter_next(d) + 1})
+            return int(doc["next"]) - 1
+        return int(take(name, lambda: _counter_next(self.read_document(f"{name}.json"))))
+
     @contextlib.contextmanager
     def _holding(self, label: str) -> Iterator[None]:
         """Count `label` in flight until its lock is released (see close())."""
@@ -329,6 +345,11 @@ class World(WorldFiles):
         """A folder of this World as an fsspec filesystem whose every operation is a call
         of this World's file methods (scratch folders, memory stores, bash mounts)."""
         return file_view_of(self, relative_root, read_only=read_only, journal=journal)
+
+
+def _counter_next(doc: Any) -> int:
+    """The number a counter document gives next (1 when there is none)."""
+    return int((doc or {}).get("next", 1)) if isinstance(doc, dict) or doc is None else 1
 
 
 def memory_store_of(world: WorldLike, scope: str, key: str | None = None, *,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:  # asyncio (~60 ms) is imported where a coroutine needs it
     import asyncio
@@ -65,6 +65,7 @@ class FakeClock:
         self.stall_seconds = stall_seconds
         self._advanced_at = time.monotonic()
         self._sleepers: list[tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._wakers: list[tuple[float, threading.Event]] = []
 
     def now(self) -> float:
         with self._lock:
@@ -79,12 +80,35 @@ class FakeClock:
             now = self._now
             due = [s for s in self._sleepers if s[0] <= now]
             self._sleepers = [s for s in self._sleepers if s[0] > now]
+            rung = [w for w in self._wakers if w[0] <= now]
+            self._wakers = [w for w in self._wakers if w[0] > now]
+        for _, event in rung:
+            event.set()
         for _, loop, fut in due:
             try:
                 loop.call_soon_threadsafe(_resolve, fut)
             except RuntimeError:  # that loop is closed: nobody waits any more
                 pass
         return now
+
+    def wake_at(self, when: float, event: threading.Event) -> Callable[[], None]:
+        """Set `event` once the clock reaches `when` (now, when it has): a thread that
+        waits on it for a real-time timeout counted in this clock's seconds is woken
+        by the `advance` that reaches `when`. Returns what cancels it."""
+        entry = (when, event)
+        with self._lock:
+            reached = when <= self._now
+            if not reached:
+                self._wakers.append(entry)
+        if reached:
+            event.set()
+
+        def cancel() -> None:
+            with self._lock:
+                if entry in self._wakers:
+                    self._wakers.remove(entry)
+
+        return cancel
 
     def set(self, when: float) -> float:
         """Move to `when` (never backwards)."""

@@ -118,6 +118,11 @@ class QueuePicker:
         """A candidate waits for a place or the rate window (not for a run elsewhere)."""
         return self._pending and bool(self._candidates)
 
+    def frees_at(self) -> float | None:
+        """The World-clock time a full rate window frees for a waiting candidate (None:
+        no candidate waits for a window) — computed from the recorded start times."""
+        return self._retry_at if self.pending() else None
+
     def retry_in(self) -> float | None:
         """Seconds until a pass could start something it could not (None: only when woken)."""
         if not self.pending():

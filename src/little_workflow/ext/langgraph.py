@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +134,13 @@ class FirstPut:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+#: The first checkpoint the graph run in this context waits for (see `get_next_version`).
+#: A context variable, not a thread-local: `ainvoke` looks its thread up on a worker
+#: thread but runs its steps on the event loop, and two runs on one loop are two tasks.
+_AWAITED_FIRST_PUT: contextvars.ContextVar[FirstPut | None] = contextvars.ContextVar(
+    "little_workflow_langgraph_first_put", default=None)
+
+
 @dataclass(frozen=True)
 class ListState:
     """A stored list version: its items' bytes and the segments that hold them."""
@@ -180,7 +188,6 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         # New threads' first checkpoints, by thread id, and in each graph's own Python
         # thread the one its run is waiting for (see `get_next_version`).
         self._first_puts: dict[str, FirstPut] = {}
-        self._running = threading.local()
 
     # ---- threads and retries ----------------------------------------------------------
 
@@ -289,24 +296,32 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         return out
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        found, first = self._get_tuple(config)
+        if first is not None:
+            _AWAITED_FIRST_PUT.set(first)
+        return found
+
+    def _get_tuple(self, config: RunnableConfig) -> tuple[CheckpointTuple | None, FirstPut | None]:
+        """The checkpoint, and for a new thread under durability="async" the first put
+        its run is to wait for (the caller notes it in its own context)."""
         conf = _configurable(config)
         ns = conf.get("checkpoint_ns", "") or ""
         checkpoint_id = get_checkpoint_id(config)
         th = self._find(conf["thread_id"])
         if th is None:
             self._threads.prepare(str(conf["thread_id"]))
-            if conf.get(DURABILITY_KEY, "async") == "async":
-                first = FirstPut()
-                with self._lock:
-                    self._first_puts[str(conf["thread_id"])] = first
-                self._running.first_put = first
-            return None
+            if conf.get(DURABILITY_KEY, "async") != "async":
+                return None, None
+            first = FirstPut()
+            with self._lock:
+                self._first_puts[str(conf["thread_id"])] = first
+            return None, first
 
         def read(t: Thread) -> CheckpointTuple | None:
             stored = self._get(t, ns, checkpoint_id) if checkpoint_id else self._head(t, ns)
             return self._tuple(t, stored) if stored is not None else None
 
-        return self._retrying(th, read)
+        return self._retrying(th, read), None
 
     def _entries(self, th: Thread, ns: str | None) -> builtins.list[tuple[Any, Entry]]:
         out = []
@@ -474,14 +489,17 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
 
     def get_next_version(self, current: int | None, channel: None = None) -> int:
         """Also where a new thread's run waits, once, for its first checkpoint: LangGraph
-        calls this in the graph's own thread as each step ends, and under
-        durability="async" the graph otherwise runs on while that checkpoint is stored —
-        a crash before it lands (a few quick nodes later) loses the whole thread, input and
-        all, where losing the last steps is what async allows. Waited for only once its
-        put has begun (under durability="exit" it never does before the run ends)."""
-        first = getattr(self._running, "first_put", None)
+        calls this in the graph's own thread (under `ainvoke`, on its event loop) as each
+        step ends, and under durability="async" the graph otherwise runs on while that
+        checkpoint is stored — a crash before it lands (a few quick nodes later) loses the
+        whole thread, input and all, where losing the last steps is what async allows.
+        Waited for only once its put is running on a worker thread, so the wait never
+        needs the caller's thread or loop (under durability="exit" no put begins before
+        the run ends). Under `ainvoke` the loop is blocked for that one put; LangGraph
+        gives the saver no awaitable point between steps."""
+        first = _AWAITED_FIRST_PUT.get()
         if first is not None and first.started:
-            self._running.first_put = None
+            _AWAITED_FIRST_PUT.set(None)
             first.done.wait(FIRST_PUT_WAIT_SECONDS)
         return super().get_next_version(current, channel)
 
@@ -702,7 +720,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
     # ---- async: the same operations off the event loop ------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        found, first = await asyncio.to_thread(self._get_tuple, config)
+        if first is not None:
+            # Here, in the run's own task: the worker thread's context is a copy.
+            _AWAITED_FIRST_PUT.set(first)
+        return found
 
     async def alist(
         self,

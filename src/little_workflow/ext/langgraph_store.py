@@ -123,10 +123,15 @@ def task_key(task_id: str) -> str:
     return hashlib.sha256(task_id.encode()).hexdigest()[:24]
 
 
+#: What tags are computed with: `json.dumps` with these options builds an encoder on
+#: every call, a third of a put's tagging (the text is the same, and tags stay as stored).
+_TAG_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def tag(key: str, value: Any) -> str | None:
     """The tag of one metadata item, None when the value is not plain JSON."""
     try:
-        text = json.dumps([key, value], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        text = _TAG_JSON.encode([key, value])
     except (TypeError, ValueError):
         return None
     return f"{zlib.crc32(text.encode()):08x}"
@@ -307,9 +312,20 @@ class FilesLayout:
         return Stored(rec["n"], rec["i"], rec.get("p"), rec, None, self.name)
 
     def head(self, th: Thread, ns: str) -> Stored | None:
-        for entry in self.entries(th, ns):
-            found = self.load(th, entry)
+        # One listing, and only the names' ids looked at: an Entry and a cache slot per
+        # checkpoint made a cold head of a 1,000-checkpoint thread ~40x SqliteSaver's.
+        key = ns_key(ns)
+        ranked = []
+        for name in self.world.list_dir(self._dir(th, key, "c")):
+            cid = id_from_name(name.partition(".")[0])
+            if cid is not None:
+                ranked.append((cid, name))
+        ranked.sort(reverse=True)
+        for cid, name in ranked:
+            found = self.load(th, Entry(key, ns, cid, None, name, self.name))
             if found is not None:
+                with self._lock:
+                    self._names.put((th.owner, key, cid), name)
                 return found
         return None
 

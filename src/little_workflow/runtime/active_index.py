@@ -9,6 +9,10 @@ grows with the active runs, not with every run ever made.
   finds the run finished.
 - An entry whose run has no log yet is left alone for `ORPHAN_GRACE_SECONDS` (its creator
   may be about to append `run.created`), then removed.
+- A World whose catalogue commits a run's status in the transaction of its events
+  (local_world: `catalogue.lists_unfinished`) needs no entry: the catalogue names every
+  unfinished run, and a run's creation saves the entry's two fsyncs (file and folder).
+  Entries such a World already has (written before) are still listed and removed.
 
 Everything goes through World file methods, so it works on every backend and
 `tracing_world` sees it.
@@ -33,8 +37,14 @@ def entry_path(run_id: str) -> str:
     return f"{ACTIVE_DIR}/{run_id}{SUFFIX}"
 
 
+def _catalogue_lists_unfinished(world: WorldLike) -> bool:
+    return bool(getattr(world.catalogue, "lists_unfinished", False))
+
+
 def mark_active(world: WorldLike, run_id: str, workflow_id: str) -> None:
     """Name the run in the index (before its `run.created` is appended)."""
+    if _catalogue_lists_unfinished(world):
+        return  # its catalogue row commits with run.created
     world.write_document(entry_path(run_id), {
         "runId": run_id, "workflowId": workflow_id, "indexedAt": to_iso(world.clock.now()),
     })
@@ -49,9 +59,12 @@ def mark_finished(world: WorldLike, run_id: str) -> None:
 
 
 def active_run_ids(world: WorldLike) -> list[str]:
-    """The runs the index names (one listing)."""
+    """The runs the index names (one listing), and those the catalogue names unfinished
+    where it names them all."""
     out = []
     for name in world.list_dir(ACTIVE_DIR):
         if name.endswith(SUFFIX) and RUN_ID_RE.fullmatch(name[: -len(SUFFIX)]):
             out.append(name[: -len(SUFFIX)])
+    if _catalogue_lists_unfinished(world):
+        out = sorted(set(out).union(world.catalogue.unfinished_run_ids()))
     return out

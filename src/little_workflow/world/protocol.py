@@ -95,6 +95,7 @@ class WorldLike(FilesLike, Protocol):
     # documents changed by many processes at once
     def update_document(self, relative_path: str, change: Callable[[Any], Any], *,
                         durable: bool = True) -> Any: ...
+    def take_number(self, name: str) -> int: ...
 
     # memory and views
     def memory(self, scope: str, key: str | None = None, *, workflow_id: str | None = None,

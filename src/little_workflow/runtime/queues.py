@@ -4,7 +4,8 @@ A queue lives in the World as documents (paths relative to the data dir), so eve
 worker on every host sees the same limits and the same order:
 
     queues/<name>/queue.json           {name, concurrency, perKeyConcurrency, rateLimit}
-    queues/<name>/order.json           {next}: the enqueue counter (compare-and-swap)
+    queues/<name>/order.json           {next}: the enqueue counter (`World.take_number`;
+                                       on local_world a row of events.db instead)
     queues/<name>/starts.json          recent starts: the rate window, `little queues`' rate
     queues/<name>/dedup/<sha>.json     {dedupId, runId, at}: the run holding a dedup id
     queues/<name>/debounce/<sha>.json  {key, runId, at, notBefore}: a key's pending run
@@ -12,7 +13,8 @@ worker on every host sees the same limits and the same order:
 A queued run is an ordinary run whose `run.created` carries `queue: {name, key, priority,
 order, notBefore?, dedupId?, debounce?}`; it has status `created` until a worker starts it
 within the queue's limits (queue_picking.py). `order` comes from the queue's counter,
-taken before `run.created` is written, so it is enqueue order (not a clock's reading).
+taken before `run.created` is written, so it is enqueue order (not a clock's reading),
+durable no later than that `run.created`.
 Every document changes through `World.update_document` (no lost update across processes
 and hosts).
 """
@@ -268,11 +270,9 @@ def _debounce(world: Any, queue: str, key: str | None, run_id: str, seconds: flo
 
 
 def next_order(world: Any, queue: str) -> int:
-    """The queue's next enqueue number (1, 2, …), from its counter document."""
-    doc = world.update_document(
-        f"{queue_dir(queue)}/order.json",
-        lambda d: {"next": int((d or {}).get("next", 1)) + 1})
-    return int(doc["next"]) - 1
+    """The queue's next enqueue number (1, 2, …): the World's counter `queues/<name>/order`
+    (`World.take_number`), durable with the `run.created` that records it."""
+    return int(world.take_number(f"{queue_dir(queue)}/order"))
 
 
 def _check_enqueue_args(key: Any, priority: Any, dedup_id: Any, on_duplicate: Any,
