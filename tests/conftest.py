@@ -18,13 +18,41 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
+def keep_bytecode_out_of_the_tree() -> str | None:
+    """Under PYTHONDONTWRITEBYTECODE (set by many Docker images) nothing is cached: every
+    xdist worker re-rewrites every test module's asserts (~7 CPU-s each) and every child
+    process the tests start compiles little_workflow again (~0.06 CPU-s each, hundreds of
+    them). The variable's point is a tree free of .pyc files, so the bytecode goes to a
+    private folder under the temp dir instead (PYTHONPYCACHEPREFIX, inherited by xdist
+    workers and child processes). An explicit PYTHONPYCACHEPREFIX is left alone."""
+    if not sys.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return None
+    import tempfile
+
+    prefix = os.path.join(tempfile.gettempdir(), f"little-workflow-pycache-{os.getuid()}")
+    os.makedirs(prefix, mode=0o700, exist_ok=True)
+    if os.stat(prefix).st_uid != os.getuid():
+        return None  # someone else's folder: bytecode from it could be anything
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    return prefix
+
+
+BYTECODE_PREFIX = keep_bytecode_out_of_the_tree()
+
+
 def pytest_report_header(config: Any) -> list[str]:
     import soak
     from checkout import SRC
 
     # Which copy runs: a PYTHONPATH naming a checkout's root instead of its src/ would
     # silently test the installed copy.
-    return [soak.describe(), f"little_workflow: {SRC}"]
+    header = [soak.describe(), f"little_workflow: {SRC}"]
+    if BYTECODE_PREFIX:
+        header.append(f"PYTHONDONTWRITEBYTECODE is set: bytecode kept in {BYTECODE_PREFIX}")
+    return header
 
 
 def private_memory() -> MemoryFileSystem:
