@@ -157,8 +157,8 @@ def test_an_old_schema_file_keeps_its_table_and_works(tmp_path):
 
 
 def test_an_old_schema_file_gets_no_second_index_on_its_key(tmp_path):
-    """The new table's UNIQUE (run_id, sequence) comes with the table: an old file,
-    whose primary key already is that, is given no redundant index when opened."""
+    """The new table's key index comes with the table: an old file, whose table is that
+    key, is given no second copy of it when opened."""
     data, db = make_old_schema_world(tmp_path)
     lw.local_world(str(data)).close()
     c = sqlite3.connect(db)
