@@ -9,7 +9,7 @@ timed from the `run_workflow` call to its return, for three step functions:
 
 Each figure is given twice: wall time, and CPU time of the process (`process_time`: what
 the step costs this process, much less disturbed by other load on a shared machine).
-Run it under two checkouts (PYTHONPATH) alternately to compare before and after; each
+Run it under two checkouts (PYTHONPATH=CHECKOUT/src) alternately to compare before and after; each
 run warms up with one untimed run per flavour, then times REPS runs of each, interleaved.
 
     python -m benchmarks.codec_cost --serve             one run per line asked on stdin

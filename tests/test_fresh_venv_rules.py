@@ -65,3 +65,16 @@ def test_tests_look_programs_up_only_through_require_tool():
                     and node.func.attr == "which"):
                 offenders.append(f"{name}:{node.lineno}")
     assert offenders == [], f"use external_tools.require_tool instead of shutil.which: {offenders}"
+
+
+def test_child_processes_import_the_copy_under_test():
+    """Since the src/ layout the checkout's root holds no package: a child process whose
+    PYTHONPATH names the root silently imports the installed copy instead of the one under test (a
+    helper's worktree, a PYTHONPATH the developer chose). Children get checkout.SRC."""
+    import re
+
+    wrong = re.compile(r"""PYTHONPATH["']?\s*[:=]\s*ROOT\b""")
+    here = os.path.join(ROOT, "tests")
+    found = [f"tests/{name}:{n}" for name in sorted(os.listdir(here)) if name.endswith(".py")
+             for n, line in enumerate(open(os.path.join(here, name)), 1) if wrong.search(line)]
+    assert not found, "a child process gets the checkout root, not SRC:\n" + "\n".join(found)

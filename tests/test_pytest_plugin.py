@@ -25,6 +25,25 @@ pytestmark = pytest.mark.xdist_group("plugin-venv")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
+@pytest.fixture(autouse=True)
+def library_loaded_before_pytester() -> None:
+    """pytester's in-process runs put `sys.modules` back as they found it: a
+    little_workflow module first imported inside such a run is dropped afterwards while
+    objects made from it live on, and the next import makes a second copy of its classes —
+    a later test on this worker then fails an isinstance check ("… is not a workflow").
+    Every module of the core is imported before (not the optional ext/ ones, nor
+    `python -m`'s entry)."""
+    import pkgutil
+
+    import little_workflow
+
+    for module in pkgutil.walk_packages(little_workflow.__path__, "little_workflow."):
+        if not (module.name.startswith("little_workflow.ext.")
+                or module.name.endswith(".__main__")):
+            importlib.import_module(module.name)
+
+
 def plugin_args() -> list[str]:
     """Nothing when the installed metadata has the `pytest11` entry point (pytest loads
     the plugin by itself, and `-p` would register it twice); otherwise load it by name

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+from checkout import SRC
 from conftest import private_memory
 from external_tools import require_tool
 
@@ -47,7 +48,7 @@ def traced_enqueues(tmp_path, enqueues: int) -> list[tuple[str, str, str]]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     trace = tmp_path / "trace.txt"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
     r = subprocess.run(
         [strace, "-f", "-y", "-qq", "-s", "64", "-o", str(trace),
          "-e", "trace=openat,write,pwrite64,fsync,fdatasync,rename",
@@ -122,7 +123,7 @@ def test_take_number_never_gives_a_number_twice_across_processes(tmp_path):
         print(" ".join(str(world.take_number("queues/q/order")) for _ in range(50)))
         world.close()
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
     procs = [subprocess.Popen([sys.executable, "-c", code, data], env=env,
                               stdout=subprocess.PIPE, text=True) for _ in range(3)]
     numbers = []

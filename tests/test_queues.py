@@ -434,6 +434,27 @@ def test_a_worker_starts_when_the_window_has_room_by_the_worlds_clock():
     assert times == [t0] * 3 + [t0 + 600] * 3 + [t0 + 1200] * 3
 
 
+def test_a_pass_counts_its_first_starts_in_the_window_with_one_write(memory_world):
+    from little_workflow.world.tracing import tracing_world
+
+    writes: list[str] = []
+
+    def on_call(name, args, kwargs):
+        if name == "update_document" and str(args[0]).endswith("/starts.json"):
+            writes.append(args[0])
+
+    world = tracing_world(memory_world, on_call)
+    lw.declare_queue(world, "r", rate_limit=lw.RateLimit(limit=5, period=600))
+    handles = [lw.enqueue(world, busy, {"n": i, "seconds": 0}, queue="r") for i in range(8)]
+    worker = lw.Worker(world, workflows=[busy], concurrency=8)
+    try:
+        assert worker.sweep() == 5  # the window's room, not the worker's 8
+    finally:
+        worker.close()
+    assert writes == ["queues/r/starts.json"]  # one compare-and-swap for the five
+    assert sorted(h.status() for h in handles) == ["completed"] * 5 + ["created"] * 3
+
+
 def test_list_queues_counts_depth_running_and_recent_rate(memory_world):
     lw.declare_queue(memory_world, "q", concurrency=1)
     for i in range(3):

@@ -20,6 +20,9 @@ import little_workflow as lw
 from little_workflow.testing import FaultPlan, faulty_local_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A child that runs `tests.test_storage_faults:faults_wf` imports this module, which
+# imports tests/checkout.py by its own name.
+CHILD_PYTHONPATH = os.pathsep.join([SRC, os.path.join(ROOT, "tests")])
 CALLS: list[str] = []
 
 
@@ -45,7 +48,7 @@ EXPECTED = {"b": 4, "big": 70_000}
 
 
 def little(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC}
+    env = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH}
     return subprocess.run([sys.executable, "-m", "little_workflow.cli", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=120)
 
@@ -153,7 +156,7 @@ READ_ONLY_CHILD = textwrap.dedent("""
 
 def run_as_nobody(*args: str, cwd: str) -> subprocess.CompletedProcess:
     """The CLI in a process without root's power to ignore file permissions."""
-    env = {**os.environ, "PYTHONPATH": SRC}
+    env = {**os.environ, "PYTHONPATH": CHILD_PYTHONPATH}
     if os.geteuid() != 0:
         return little(*args, cwd=cwd)
     return subprocess.run([sys.executable, "-c", READ_ONLY_CHILD, *args], cwd=cwd,

@@ -12,9 +12,11 @@ One pass (`QueuePicker.admit`) takes each queue's runs that this worker can exec
    a debounced run the key's debounce document no longer names is cancelled
    ("debounced");
 4. a place of its key (`per_key_concurrency`): none free → the key waits, other keys go on;
-5. a first start (no `run.started` yet) takes its place in the rate window
-   (`starts.json`, compare-and-swap): full → nothing more of this queue starts until the
-   window frees. A resume is not a start: it needs places, not the window;
+5. the first starts held in a pass (no `run.started` yet) take their places in the rate
+   window together (`starts.json`, one compare-and-swap for the batch, capped first by
+   the room one read of it shows): those it has no room for are given back, and nothing
+   later of this queue starts until the window frees. A resume is not a start: it needs
+   places, not the window;
 6. handed to the pool with all of it held: the run executes under its lock and places
    (fenced: an executor whose lease of a place lapsed stops at its next record), given
    back when it ends or waits.
@@ -83,6 +85,35 @@ class Admission:
                 slot.release()
         finally:
             self.lock.close()
+
+
+@dataclasses.dataclass
+class Held:
+    """A queued run whose lock and places are held, its first start not yet counted in
+    the rate window (`counted`: a first start, which the window must take)."""
+
+    cand: Candidate
+    log: RunLog
+    queue: str
+    counted: bool
+    lock: contextlib.ExitStack
+    slots: list[Any]
+
+    def release(self) -> None:
+        for slot in reversed(self.slots):
+            slot.release()
+        self.lock.close()
+
+    def admit(self, at: float) -> Admission:
+        """The admission, started (as counted) at `at`: its slots fence the run."""
+        for slot in self.slots:
+            slot.fence(self.cand.run_id)
+        if self.counted and self.log.first_created_at is not None:
+            # From enqueue (run.created's time) to this start, both the World's clock.
+            record_queue_wait(at - from_iso(self.log.first_created_at), queue=self.queue,
+                              workflow_id=(self.log.created or {}).get("workflowId"))
+        return Admission(self.cand.run_id, self.cand.workflow, self.log, self.queue,
+                         self.counted, at, self.lock, self.slots)
 
 
 class QueuePicker:
@@ -169,20 +200,23 @@ class QueuePicker:
     def _admit_from(self, queue: dict[str, Any], cands: list[Candidate], capacity: int,
                     now: float, done: set[str]) -> list[Admission]:
         name = queue["name"]
-        admitted: list[Admission] = []
+        held: list[Held] = []
         full_keys: set[str | None] = set()
         place = None
-        frees_at = window_frees_at(self.world, queue, now)
-        if frees_at is not None:
+        room, frees_at = window_room(self.world, queue, now)
+        if room == 0:
             # The window is full (read, not written): only resumes may go; first starts
             # are not tried (no run lock, no log read) until it frees.
-            self._pending = True
-            self._retry_at = frees_at if self._retry_at is None else min(self._retry_at, frees_at)
+            self._note_window(frees_at)
             cands = [c for c in cands if c.resume]
+        first_starts = 0
         for cand in cands:
-            if len(admitted) >= capacity:
+            if len(held) >= capacity:
                 self._pending = True
                 break
+            if room is not None and not cand.resume and first_starts >= room:
+                self._note_window(frees_at)
+                break  # the window has no room for more: nothing later starts in this pass
             start = not_before(cand.fields)
             if start is not None and start > now:
                 continue  # not due yet (debounce): like a timer, not pending work
@@ -200,20 +234,55 @@ class QueuePicker:
                 # The storage failed for this run (or its documents): tried again later.
                 self.backoff.failed(cand.run_id, e, -1)
                 outcome = "gone"
-            if isinstance(outcome, Admission):
-                admitted.append(outcome)
-                done.add(cand.run_id)
+            except BaseException:
+                for h in held:
+                    h.release()
+                raise
+            if isinstance(outcome, Held):
+                held.append(outcome)
+                first_starts += outcome.counted
                 place = None
             elif outcome in ("gone", "elsewhere"):
                 done.add(cand.run_id)  # a later sweep offers it again if it is due
             elif outcome == "key full":
                 full_keys.add(key)
                 self._pending = self._slot_wait = True
-            elif outcome == "rate":
-                self._pending = True
-                break
         if place is not None and not isinstance(place, bool):  # a slot taken, not used
             place.release()
+        return self._count(queue, held, now, done)
+
+    def _note_window(self, frees_at: float | None) -> None:
+        self._pending = True
+        if frees_at is not None:
+            self._retry_at = frees_at if self._retry_at is None else min(self._retry_at, frees_at)
+
+    def _count(self, queue: dict[str, Any], held: list[Held], now: float,
+               done: set[str]) -> list[Admission]:
+        """Count the held first starts in the rate window with one write (a batch), and
+        admit what it took, in order; from the first start it refused on, every held run
+        is given back (the window is the queue's overall limit: nothing later starts)."""
+        if not held:
+            return []
+        counted = sum(h.counted for h in held)
+        try:
+            at, room, frees_at = record_starts(self.world, queue, now, counted)
+        except LittleWorkflowError as e:
+            for h in held:
+                self.backoff.failed(h.cand.run_id, e, -1)
+                h.release()
+                done.add(h.cand.run_id)
+            return []
+        admitted: list[Admission] = []
+        for i, h in enumerate(held):
+            if h.counted:
+                if room == 0:
+                    self._note_window(frees_at)
+                    for later in held[i:]:
+                        later.release()
+                    break
+                room -= 1
+            admitted.append(h.admit(at if h.counted else now))
+            done.add(h.cand.run_id)
         return admitted
 
     def _take_place(self, queue: str, limit: int | None, naming: Any, *extra: Any) -> Any:
@@ -231,8 +300,9 @@ class QueuePicker:
         return False
 
     def _try(self, queue: dict[str, Any], cand: Candidate, key: str | None, place: Any,
-             now: float) -> Admission | str:
-        """Hold the run's lock and what it needs; an `Admission`, or why not."""
+             now: float) -> Held | str:
+        """Hold the run's lock and its places (`Held`: its start not yet counted in the
+        rate window), or why not."""
         name = queue["name"]
         lock = contextlib.ExitStack()
         held: list[Any] = []
@@ -264,24 +334,8 @@ class QueuePicker:
                     lock.close()
                     return "key full"
                 held.append(key_place)
-            counted = run_log.starts == 0
-            at, frees_at = record_start(self.world, queue, now, counted)
-            if at is None:
-                for slot in held:
-                    slot.release()
-                lock.close()
-                if frees_at is not None:
-                    self._retry_at = (frees_at if self._retry_at is None
-                                      else min(self._retry_at, frees_at))
-                return "rate"
             slots = ([place] if place is not True else []) + held
-            for slot in slots:
-                slot.fence(cand.run_id)
-            if counted and run_log.first_created_at is not None:
-                # From enqueue (run.created's time) to this start, both the World's clock.
-                record_queue_wait(at - from_iso(run_log.first_created_at), queue=name,
-                                  workflow_id=(run_log.created or {}).get("workflowId"))
-            return Admission(cand.run_id, cand.workflow, run_log, name, counted, at, lock, slots)
+            return Held(cand, run_log, name, run_log.starts == 0, lock, slots)
         except BaseException:
             for slot in held:
                 slot.release()
@@ -316,60 +370,68 @@ def _cancel_later(world: Any, run_id: str) -> None:
         log.info("could not cancel superseded debounced run %s: %s", run_id, e)
 
 
-def window_frees_at(world: Any, queue: dict[str, Any], now: float) -> float | None:
-    """When a queue's full rate window frees (epoch seconds), or None when it has room or
-    no rate limit: one read of `starts.json`, for a pass to skip first starts cheaply.
-    `record_start` decides, under compare-and-swap."""
+def window_room(world: Any, queue: dict[str, Any], now: float) -> tuple[int | None, float | None]:
+    """(how many first starts the rate window has room for now, when the next place in
+    it frees — None while it has room): (None, None) with no rate limit. One read of
+    `starts.json`, for a pass to skip or cap first starts cheaply; `record_starts`
+    decides, under compare-and-swap."""
     rate = queue.get("rateLimit")
     if rate is None:
-        return None
+        return None, None
     limit, period = int(rate["limit"]), float(rate["period"])
     doc = world.read_document(f"{queue_dir(queue['name'])}/starts.json")
+    recent = _recent_starts(doc, now, period)
+    room = max(0, limit - len(recent))
+    return room, (recent[-limit] + period if room == 0 else None)
+
+
+def _recent_starts(doc: Any, now: float, period: float) -> list[float]:
     found = doc.get("times") if isinstance(doc, dict) else None
     times = sorted(t for t in found or [] if isinstance(t, (int, float)))
-    recent = [t for t in times if t > now - period]
-    return recent[-limit] + period if len(recent) >= limit else None
+    return [t for t in times if t > now - period]
 
 
-def record_start(world: Any, queue: dict[str, Any], now: float,
-                 counted: bool) -> tuple[float | None, float | None]:
-    """Note a start in the queue's `starts.json`: (its time as counted, None), or (None,
-    when the window frees) when the rate window is full. Only first starts (`counted`)
-    are noted; a resume just passes. With a rate limit the last `limit` start times are
-    kept and the write is durable (a window a power cut forgot would let too many
-    through); the per-minute counts (`little queues`' rate) are kept for every queue."""
-    if not counted:
-        return now, None
+def record_starts(world: Any, queue: dict[str, Any], now: float,
+                  count: int) -> tuple[float, int, float | None]:
+    """Note up to `count` first starts in the queue's `starts.json` with one write: (the
+    time they are counted at, how many the window took, when it frees when it took
+    fewer). With a rate limit the last `limit` start times are kept and the write is
+    durable (a window a power cut forgot would let too many through); the per-minute
+    counts (`little queues`' rate) are kept for every queue."""
+    if count <= 0:
+        return now, 0, None
     rate = queue.get("rateLimit")
-    result: list[tuple[float | None, float | None]] = []
+    result: list[tuple[float, int, float | None]] = []
 
     def change(found: Any) -> Any:
         result.clear()
         doc = dict(found) if isinstance(found, dict) else {}
-        at = now
+        at, taken, frees_at = now, count, None
         if rate is not None:
             limit, period = int(rate["limit"]), float(rate["period"])
-            times = sorted(t for t in doc.get("times") or [] if isinstance(t, (int, float)))
-            recent = [t for t in times if t > now - period]
-            if len(recent) >= limit:
-                # Full until the limit-th latest start leaves the window.
-                result.append((None, recent[-limit] + period))
+            recent = _recent_starts(doc, now, period)
+            taken = min(count, limit - len(recent))
+            if taken < count:
+                # Full until the limit-th latest start (those taken now included) leaves.
+                frees_at = ([*recent] + [max([now] + recent[-1:])] * max(taken, 0))[-limit] + period
+            if taken <= 0:
+                result.append((now, 0, frees_at))
                 return found
             # Never earlier than the last start: another host's clock may be behind.
             at = max([now] + recent[-1:])
-            doc["times"] = (recent + [at])[-limit:]
-        result.append((at, None))
+            doc["times"] = (recent + [at] * taken)[-limit:]
+        result.append((at, taken, frees_at))
         minute = int(at // 60)
         minutes = {m: c for m, c in (doc.get("minutes") or {}).items()
                    if m.lstrip("-").isdigit() and int(m) > minute - RATE_MINUTES}
-        minutes[str(minute)] = int(minutes.get(str(minute), 0)) + 1
+        minutes[str(minute)] = int(minutes.get(str(minute), 0)) + taken
         doc["minutes"] = minutes
-        doc["total"] = int(doc.get("total", 0)) + 1
+        doc["total"] = int(doc.get("total", 0)) + taken
         return doc
 
     world.update_document(f"{queue_dir(queue['name'])}/starts.json", change,
                           durable=rate is not None)
-    return result[0] if result else (now, None)
+    return result[0] if result else (now, count, None)
 
 
-__all__ = ["Admission", "QueuePicker", "record_start"]
+__all__ = ["Admission", "QueuePicker", "record_starts"]

@@ -122,7 +122,32 @@ class RunLog:
         self.last_sequence = e.sequence
         p = e.payload if isinstance(e.payload, dict) else {}
         t = e.type
-        if t == "run.created":
+        if t.startswith("step."):  # a step's two events: most of a log, checked first
+            path = p.get("stepPath")
+            if not isinstance(path, str):
+                return
+            rec = self.steps.get(path)
+            if rec is None:
+                rec = self.steps[path] = StepRecord(path=path, first_sequence=e.sequence)
+            if t == "step.started":
+                rec.attempts += 1
+                if rec.status != "succeeded":
+                    rec.status = "running"
+            elif t == "step.succeeded":
+                if rec.succeeded_at:
+                    return  # the first recorded success is the step's result
+                rec.status = "succeeded"
+                rec.succeeded_at = rec.finished_at = e.sequence
+                rec.output = p.get("output")
+                rec.output_ref = p.get("outputRef")
+            elif t == "step.failed":
+                rec.failures += 1
+                if not rec.succeeded_at:
+                    rec.error = p.get("error")
+                    rec.status = "running" if p.get("willRetry") else "failed"
+                    if rec.status == "failed":
+                        rec.finished_at = e.sequence
+        elif t == "run.created":
             self.created = p
             self.status = status_after(self.status, t, bool(self.open_waits))
         elif t == "run.started":
@@ -159,31 +184,6 @@ class RunLog:
             if isinstance(key, str):
                 self.closed_streams.setdefault(key, e.sequence)
                 self.marks.setdefault(("stream.closed", key), e.sequence)
-        elif t.startswith("step."):
-            path = p.get("stepPath")
-            if not isinstance(path, str):
-                return
-            rec = self.steps.get(path)
-            if rec is None:
-                rec = self.steps[path] = StepRecord(path=path, first_sequence=e.sequence)
-            if t == "step.started":
-                rec.attempts += 1
-                if rec.status != "succeeded":
-                    rec.status = "running"
-            elif t == "step.succeeded":
-                if rec.succeeded_at:
-                    return  # the first recorded success is the step's result
-                rec.status = "succeeded"
-                rec.succeeded_at = rec.finished_at = e.sequence
-                rec.output = p.get("output")
-                rec.output_ref = p.get("outputRef")
-            elif t == "step.failed":
-                rec.failures += 1
-                if not rec.succeeded_at:
-                    rec.error = p.get("error")
-                    rec.status = "running" if p.get("willRetry") else "failed"
-                    if rec.status == "failed":
-                        rec.finished_at = e.sequence
         elif t.startswith("harness.") and t.endswith(".succeeded"):
             key = p.get("callKey")
             if isinstance(key, str):
