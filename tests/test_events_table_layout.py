@@ -16,6 +16,7 @@ import textwrap
 import threading
 
 from checkout import SRC
+from crashes import TESTS
 from read_only_mount import run_on_read_only
 
 import little_workflow as lw
@@ -166,3 +167,22 @@ def test_an_old_schema_file_gets_no_second_index_on_its_key(tmp_path):
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'")]
     c.close()
     assert indexes == ["events_idempotency_key"], indexes
+
+
+def test_two_processes_append_to_one_run_of_an_old_schema_file(tmp_path):
+    """Two writers race for each sequence of one run: the old table's key refuses the
+    loser's row as the new table's does, and the log comes out contiguous."""
+    data, db = make_old_schema_world(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
+    writers = [subprocess.Popen([sys.executable, os.path.join(TESTS, "lock_child.py"), "append",
+                                 str(data), "200"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for w in writers:
+        out, err = w.communicate(timeout=120)
+        assert "APPENDED" in out, err
+    world = lw.local_world(str(data))
+    events = world.list_events("run_busy")
+    assert [e.sequence for e in events] == list(range(1, 401))
+    assert sorted(e.payload["i"] for e in events) == sorted(list(range(200)) * 2)
+    world.close()
+    assert "WITHOUT ROWID" in events_table_sql(db)
