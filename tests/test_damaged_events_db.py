@@ -33,9 +33,10 @@ def little(*args: str, cwd) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": f"{SRC}:{cwd}"})
 
 
-@pytest.fixture
-def damaged(tmp_path):
-    """200 runs, then 8 KiB of garbage written over the middle of events.db."""
+@pytest.fixture(params=["rowid", "without_rowid"])
+def damaged(tmp_path, request):
+    """200 runs, then 8 KiB of garbage written over the middle of events.db: in today's
+    events table, and in the WITHOUT ROWID one files made before issue 29 keep."""
     (tmp_path / "flows.py").write_text(FLOWS)
     sys.path.insert(0, str(tmp_path))
     sys.modules.pop("flows", None)
@@ -44,6 +45,15 @@ def damaged(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
     data = tmp_path / "data"
+    if request.param == "without_rowid":
+        from test_events_table_layout import OLD_EVENTS_TABLE
+
+        lw.local_world(str(data)).close()
+        c = sqlite3.connect(data / "events" / "events.db")
+        c.execute("DROP TABLE events")
+        c.execute(OLD_EVENTS_TABLE)
+        c.commit()
+        c.close()
     with lw.local_world(str(data)) as world:
         for i in range(200):
             lw.run_workflow(flows.w, {"i": i}, world=world, run_id=f"run_{i:03d}")

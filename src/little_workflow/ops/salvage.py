@@ -25,18 +25,31 @@ class SalvageReport:
                 "readableRuns": self.readable, "unreadableRuns": self.unreadable}
 
 
+#: Scans that name run ids, each stopping at the first bad page it meets, so each is read
+#: from both ends: the events' key (the whole table in a WITHOUT ROWID file, an index
+#: beside the rows in a newer one), the rows in insertion order (newer files only), and
+#: the run catalogue. A bad page costs the runs stored on it, not those behind it.
+_RUN_ID_SCANS = tuple(
+    f"SELECT {what} ORDER BY {order} {direction}"
+    for what, order in (("DISTINCT run_id FROM events", "run_id"),
+                        ("run_id FROM events NOT INDEXED", "rowid"),
+                        ("run_id FROM runs", "run_id"))
+    for direction in ("ASC", "DESC")
+)
+
+
 def _run_ids(conn: sqlite3.Connection, data_dir: str) -> set[str]:
-    """Every run id named by the table (as far as it reads) or by a run's folder (each
-    run has runs/<id>/scratch), so runs on a bad page are still named."""
+    """Every run id named by the tables (as far as they read) or by a run's folder."""
     ids: set[str] = set()
     runs_dir = os.path.join(data_dir, "runs")
     if os.path.isdir(runs_dir):
         ids.update(n for n in os.listdir(runs_dir) if RUN_ID_RE.fullmatch(n))
-    try:
-        for (run_id,) in conn.execute("SELECT DISTINCT run_id FROM events"):
-            ids.add(run_id)
-    except sqlite3.DatabaseError:
-        pass  # the scan stops at the first bad page: the folders name the rest
+    for scan in _RUN_ID_SCANS:
+        try:
+            for (run_id,) in conn.execute(scan):
+                ids.add(run_id)
+        except sqlite3.DatabaseError:
+            pass  # a bad page, or no rowid / runs table in this file: the others go on
     return ids
 
 
