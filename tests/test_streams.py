@@ -334,6 +334,9 @@ def test_a_reader_follows_a_stream_while_the_writer_is_killed_and_resumed(make_w
         while len(got) < hold + 1 and time.monotonic() < deadline and first.poll() is None:
             time.sleep(0.02)
         # Token `hold` is written and its step blocks on the gate: kill the writer there.
+        if len(got) != hold + 1 and first.poll() is not None:
+            raise AssertionError(f"the writer exited ({first.returncode}) after {got}:\n"
+                                 f"{first.stderr.read() if first.stderr else ''}")
         assert len(got) == hold + 1, (got, first.poll())
     finally:
         first.send_signal(signal.SIGKILL)
