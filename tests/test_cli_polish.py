@@ -16,7 +16,7 @@ import time
 import tomllib
 
 import pytest
-from checkout import SRC
+from checkout import SRC, as_from_a_terminal
 
 import little_workflow as lw
 
@@ -199,7 +199,8 @@ def test_ctrl_c_prints_the_run_id_and_how_to_resume(proj):
     env = {**os.environ, "PYTHONPATH": SRC}
     p = subprocess.Popen([sys.executable, "-m", "little_workflow.cli", "--data-dir", "d", "run",
                           "flows:slowly", "--input", '{"n": 8}'], cwd=proj, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=as_from_a_terminal)
     calls = proj / "calls.txt"
     deadline = time.monotonic() + 60
     while not (calls.exists() and len(calls.read_text().split()) >= 3):

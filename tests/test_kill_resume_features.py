@@ -12,6 +12,7 @@ import time
 
 import crash_scenarios
 import pytest
+from checkout import as_from_a_terminal
 from crashes import TESTS, child_env, read_ledger
 
 import little_workflow as lw
@@ -75,7 +76,7 @@ def test_ctrl_c_stops_run_workflow_of_sync_steps_at_once_and_the_run_resumes(tmp
     script = tmp_path / "ticks.py"
     script.write_text(CTRL_C_SCRIPT)
     proc = subprocess.Popen([sys.executable, str(script), data], stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=as_from_a_terminal)
     for line in proc.stdout:
         if line.startswith("step 5"):
             break
