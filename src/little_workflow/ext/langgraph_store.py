@@ -128,10 +128,29 @@ def task_key(task_id: str) -> str:
 _TAG_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+_json_string = json.encoder.encode_basestring  # what _TAG_JSON writes a str as
+
+
+def _tag_text(key: str, value: Any) -> str:
+    """`_TAG_JSON.encode([key, value])`, written directly for the plain values LangGraph's
+    metadata holds (a step number, a source, `parents` empty): a put tags every item."""
+    if type(key) is str:
+        kind = type(value)
+        if kind is str:
+            return f"[{_json_string(key)},{_json_string(value)}]"
+        if kind is int:
+            return f"[{_json_string(key)},{int.__repr__(value)}]"
+        if value is None:
+            return f"[{_json_string(key)},null]"
+        if kind is dict and not value:
+            return f"[{_json_string(key)},{{}}]"
+    return _TAG_JSON.encode([key, value])
+
+
 def tag(key: str, value: Any) -> str | None:
     """The tag of one metadata item, None when the value is not plain JSON."""
     try:
-        text = _TAG_JSON.encode([key, value])
+        text = _tag_text(key, value)
     except (TypeError, ValueError):
         return None
     return f"{zlib.crc32(text.encode()):08x}"
@@ -192,11 +211,10 @@ class LRU(OrderedDict):
             self.popitem(last=False)
 
     def peek(self, key: Any) -> Any:
-        try:
+        value = self.get(key)  # a miss is common (a new checkpoint): no KeyError raised
+        if value is not None:
             self.move_to_end(key)
-        except KeyError:
-            return None
-        return self[key]
+        return value
 
 
 # --- what stores hand back ----------------------------------------------------------------
@@ -567,9 +585,11 @@ class EventsLayout:
     def _rows(self, rec: dict[str, Any]) -> list[WriteRow]:
         return [(rec["path"], rec["task"], w[0], w[1], w[2], w[3]) for w in rec["w"]]
 
-    def _fold(self, log: ThreadLog, seq: int, type_: str, payload: Any) -> None:
+    def _fold(self, log: ThreadLog, seq: int, type_: str, payload: Any,
+              rec: dict[str, Any] | None = None) -> None:
+        """Fold one event in; `rec`: its record when the caller has it (its own append)."""
         if type_ == CHECKPOINT_EVENT:
-            rec = self._payload_record(log, payload)
+            rec = rec if rec is not None else self._payload_record(log, payload)
             key = (rec["n"], rec["i"])
             tags = rec.get("g")
             log.checkpoints[key] = CheckpointAt(seq, rec.get("p"),
@@ -577,7 +597,7 @@ class EventsLayout:
                                                 list(rec.get("e") or ()))
             log.records.put(seq, rec)
         elif type_ == WRITES_EVENT:
-            rec = self._payload_record(log, payload)
+            rec = rec if rec is not None else self._payload_record(log, payload)
             log.writes.setdefault((rec["n"], rec["k"]), {})[seq] = self._rows(rec)
         elif type_ == DELETED_EVENT:
             for ns, cid in payload["ids"]:
@@ -703,10 +723,10 @@ class EventsLayout:
         self._append(th, THREAD_EVENT, {"threadId": th.thread_id, "generation": th.generation},
                      key=THREAD_EVENT, durable=False)
 
-    def _fold_own(self, th: Thread, event: Any) -> None:
+    def _fold_own(self, th: Thread, event: Any, rec: dict[str, Any]) -> None:
         log = self._log(th)
         with log.lock:
-            self._fold(log, event.sequence, event.type, event.payload)
+            self._fold(log, event.sequence, event.type, event.payload, rec)
             if log.known_from is not None and event.sequence == log.upto + 1:
                 log.upto = event.sequence
 
@@ -718,7 +738,7 @@ class EventsLayout:
         kept = {name: self._outlined(th, name, data) for name, data in blobs.items()}
         rec = dict(record, b=kept, e=early) if early else dict(record, b=kept)
         event = self._append(th, CHECKPOINT_EVENT, {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))})
-        self._fold_own(th, event)
+        self._fold_own(th, event, rec)
         key = (th.run_id, ns_key(ns))
         with self._lock:
             last = self._hinted.peek(key) or 0
@@ -741,12 +761,13 @@ class EventsLayout:
                           (special, None)):
             if not rows:
                 continue
-            payload = {"ns": ns, "id": checkpoint_id, "rec": _b64(pack({**head, "w": rows}))}
+            rec = {**head, "w": rows}
+            payload = {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))}
             try:
                 event = self._append(th, WRITES_EVENT, payload, key=key)
             except IdempotencyConflictError:
                 continue  # the same task's writes were kept before: the first stay
-            self._fold_own(th, event)
+            self._fold_own(th, event, rec)
             log = self._log(th)
             with log.lock:
                 if (ns, checkpoint_id) not in log.checkpoints:
