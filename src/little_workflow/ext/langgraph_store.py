@@ -16,17 +16,21 @@ runs/<owner>/<nsKey>.b/<id>.<k>              a value or list segment first kept 
 `<tags>` are crc32s of the checkpoint's metadata items, so `list(filter=…)` and
 `delete_for_runs` find candidates in a folder listing without reading every checkpoint.
 `head` (threads whose document says `headPointer`: those begun on a local disk) lets a
-cold `get_tuple` read the newest checkpoint without listing them all. It is moved forward (compare-and-swap, never to an older id) before each record is written, in
-the record's own folder and unsynced: the record's durable write syncs that folder, so a
-record that survives a crash or a power cut has its pointer move survive too. A pointer
-that names a record which is not there (a put cut short, a checkpoint deleted) or cannot
-be read (torn by a power cut) is passed over for a listing.
+cold `get_tuple` read the newest checkpoint without listing them all. It is moved forward
+(compare-and-swap, never to an older id) before each record is written, in the record's
+own folder and unsynced: the record's durable write syncs that folder, so a record that
+survives a crash or a power cut has its pointer move survive too. A pointer that names a
+record which is not there (a put cut short, a checkpoint deleted) or cannot be read (torn
+by a power cut) is passed over for a listing.
 
 **events** (`local_world`, where an append is one SQLite commit and a new file three
 fsyncs): the thread's records are events of its run — `langgraph.checkpoint` (values
 inline), `langgraph.writes`, `langgraph.deleted` — and `runs/<run>/lg-head/<nsKey>.json`
 is a hint (not synced: a cache) naming the newest checkpoint's sequence, so the head is
-read cold without reading the log. Removing checkpoints for good (prune) rewrites the
+read cold without reading the log. A task's writes are appended unsynced and acknowledged
+once a later synced append — the next checkpoint's, in the same WAL — has made them durable
+(or after `RIDE_SECONDS`, by syncing the log): one fsync a super-step, not two. Removing
+checkpoints for good (prune) rewrites the
 kept ones into the thread's next generation, run `<owner>_<generation>`, then closes the
 old log with `run.completed` — an append there afterwards is refused, which is how a
 writer that did not see the switch learns of it — and deletes it.
@@ -85,6 +89,10 @@ HINT_EVERY = 8
 #: The files layout's pointer to a namespace's newest checkpoint, in its checkpoints'
 #: folder (no checkpoint's file name: those start with an id, `head` is none).
 HEAD_POINTER = "head"
+#: The longest a task's writes, appended unsynced on the events layout, wait for a later
+#: synced append (the next checkpoint's, usually a fraction of a millisecond later) to make
+#: them durable before syncing by themselves.
+RIDE_SECONDS = 0.02
 #: How long a writer waits for another process's compaction of a thread to finish.
 COMPACTION_WAIT_SECONDS = 60.0
 
@@ -599,12 +607,47 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+class Coverage:
+    """Which unsynced appends a synced one has made durable. In one SQLite WAL a synced
+    commit makes every commit before it durable, so appends counted here (once they
+    returned) are covered by any synced append that began after them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._appended = 0  # unsynced appends that returned
+        self._covered = 0  # how many of those are durable
+
+    def unsynced(self) -> int:
+        with self._cond:
+            self._appended += 1
+            return self._appended
+
+    def before_synced(self) -> int:
+        with self._cond:
+            return self._appended
+
+    def synced(self, upto: int) -> None:
+        with self._cond:
+            if upto > self._covered:
+                self._covered = upto
+                self._cond.notify_all()
+
+    def wait(self, n: int, seconds: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._covered >= n, seconds)
+
+
 class EventsLayout:
     name = "events"
 
     def __init__(self, world: WorldLike):
         self.world = world
         self._lock = threading.Lock()
+        self.coverage = Coverage()
+        # (run id, nsKey) of namespaces whose graph waits for its writes before its next
+        # checkpoint (DeltaChannels: LangGraph stores their writes first): those writes
+        # are synced at once, there is no checkpoint for them to ride.
+        self.writes_awaited: LRU = LRU(4096)
         self._logs: LRU = LRU(256)
         # (run id, nsKey) -> the sequence this process last wrote a hint for.
         self._hinted: LRU = LRU(4096)
@@ -788,11 +831,23 @@ class EventsLayout:
 
     def _append(self, th: Thread, type_: str, payload: Any, *, key: str | None = None,
                 durable: bool = True) -> Any:
+        upto = self.coverage.before_synced() if durable else 0
         try:
-            return self.world.append_event(th.run_id, type_, payload, idempotency_key=key,
-                                           durable=durable)
+            event = self.world.append_event(th.run_id, type_, payload, idempotency_key=key,
+                                            durable=durable)
         except RunFinishedError:
             raise Regenerated() from None
+        if durable:
+            self.coverage.synced(upto)
+        return event
+
+    def await_durable(self, n: int) -> None:
+        """Return once the `n`-th unsynced append is durable: made so by a later synced
+        append (the next checkpoint), or after RIDE_SECONDS by syncing the log."""
+        if not self.coverage.wait(n, RIDE_SECONDS):
+            upto = self.coverage.before_synced()
+            self.world.sync()
+            self.coverage.synced(upto)
 
     def start(self, th: Thread) -> None:
         """The log's first event names the thread (`little runs` lists it; idempotent)."""
@@ -827,8 +882,12 @@ class EventsLayout:
         return event.sequence
 
     def add_writes(self, th: Thread, ns: str, checkpoint_id: str, task_id: str, task_path: str,
-                   regular: list[list[Any]], special: list[list[Any]]) -> None:
+                   regular: list[list[Any]], special: list[list[Any]], *,
+                   ride: bool = False) -> int:
+        """Store a task's writes. `ride`: regular ones go in unsynced, and the number to
+        pass `await_durable` before acknowledging them is returned (0: all synced)."""
         head = {"n": ns, "k": checkpoint_id, "task": task_id, "path": task_path}
+        unsynced = 0
         regular = [[w[0], w[1], w[2], self._outlined(th, f"{checkpoint_id}.{task_id}.{w[0]}", w[3])]
                    for w in regular]
         special = [[w[0], w[1], w[2], self._outlined(th, f"{checkpoint_id}.{task_id}.{w[0]}", w[3])]
@@ -839,10 +898,16 @@ class EventsLayout:
                 continue
             rec = {**head, "w": rows}
             payload = {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))}
+            # Special writes (errors, interrupts, resumes) may be the last of a run: synced
+            # at once, which also makes the regular ones before them durable.
+            durable = not (ride and key is not None and
+                           (th.run_id, ns_key(ns)) not in self.writes_awaited)
             try:
-                event = self._append(th, WRITES_EVENT, payload, key=key)
+                event = self._append(th, WRITES_EVENT, payload, key=key, durable=durable)
             except IdempotencyConflictError:
                 continue  # the same task's writes were kept before: the first stay
+            if not durable:
+                unsynced = self.coverage.unsynced()
             self._fold_own(th, event, rec)
             log = self._log(th)
             with log.lock:
@@ -850,6 +915,7 @@ class EventsLayout:
                     # durability="async": a task's writes may land before its checkpoint;
                     # the checkpoint names them so a reader from its hint finds them.
                     log.early.setdefault((ns, checkpoint_id), []).append(event.sequence)
+        return unsynced if unsynced and not special else 0
 
     def remove(self, th: Thread, doomed: list[Entry], reclaim: bool) -> None:
         """A tombstone: readers skip those checkpoints from now on. A log is append-only,
