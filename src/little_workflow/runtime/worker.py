@@ -226,6 +226,7 @@ class Worker:
         from .runner import arun_admitted
 
         loop = self._loop()
+        seen = adm.log.last_sequence  # the run appends to adm.log as it goes
         try:
             try:
                 input = stored_value(self.world, (adm.log.created or {}).get("input"))
@@ -239,12 +240,12 @@ class Worker:
             self._backoff.ran(adm.run_id)
             log.info("run %s ended: %s", adm.run_id, e)
         except (WorkflowVersionError, ReplayDivergenceError) as e:
-            self._backoff.refused(adm.run_id, e, adm.log.last_sequence)
+            self._backoff.refused(adm.run_id, e, seen)
         except LittleWorkflowError as e:
-            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+            self._backoff.failed(adm.run_id, e, seen)
             self._reread.add(adm.run_id)
         except Exception as e:
-            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+            self._backoff.failed(adm.run_id, e, seen)
         finally:
             _cancel_leftovers(loop)
 
