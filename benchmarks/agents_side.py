@@ -8,7 +8,10 @@ on stdin, so a driver can interleave the sides run by run (BENCHMARKS.md P9):
 
     python benchmarks/agents_side.py p9-serve SIDE TURNS
 
-SIDE is `plain` (the agent without durability: the baseline), `memory` / `local_world`
+SIDE is `plain` (the agent without durability: the baseline), `floor` (Pydantic AI's
+durable machinery with an engine that stores nothing: `LittleWorkflowDurability`'s
+operations and JSON codec, each unit's body called directly, no workflow — what any
+engine pays before its own work), `memory` / `local_world`
 (`LittleWorkflowDurability` in a workflow, `await lw.arun_workflow(...)`), the same with
 `-inline` (every tool marked `metadata={"little_workflow": False}`: run inline, as DBOS runs
 plain function tools), or `dbos-wal` / `dbos-rollback` (`DBOSDurability` in a
@@ -35,7 +38,7 @@ import time
 from collections import Counter
 from typing import Any, TypedDict
 
-P9_SIDES = ("plain", "memory", "local_world", "memory-inline", "local_world-inline",
+P9_SIDES = ("plain", "floor", "memory", "local_world", "memory-inline", "local_world-inline",
             "dbos-wal", "dbos-rollback")
 
 
@@ -131,6 +134,38 @@ class _DbosSide:
         return kinds
 
 
+class _FloorSide:
+    """The capability as if inside a durable container, each unit run directly: Pydantic
+    AI's own cost of durable execution (operation binding, the JSON codec's dump and load,
+    the wrapped toolsets), without any engine's."""
+
+    def __init__(self, turns: int) -> None:
+        from little_workflow.ext.pydantic_ai import LittleWorkflowDurability
+
+        class NoEngine(LittleWorkflowDurability):
+            @property
+            def in_durable_context(self) -> bool:
+                return True
+
+            def get_durable_operation_backend(self) -> Any:
+                backend = super().get_durable_operation_backend()
+
+                async def execute(*, operation_id: Any, name: str, body: Any,
+                                  cache_key: Any, config: Any) -> Any:
+                    return await body()
+
+                backend.execute = execute  # type: ignore[method-assign]
+                return backend
+
+        self.agent = _agent([NoEngine()], turns)
+
+    async def run(self) -> str:
+        return str((await self.agent.run("go")).output)
+
+    def steps(self) -> Counter:
+        return Counter()
+
+
 class _PlainSide:
     def __init__(self, turns: int) -> None:
         self.agent = _agent([], turns)
@@ -146,6 +181,8 @@ def p9_serve(side: str, turns: int) -> None:
     """One side of P9 in this process: one timed agent run per stdin line (see above)."""
     if side == "plain":
         runner: Any = _PlainSide(turns)
+    elif side == "floor":
+        runner = _FloorSide(turns)
     elif side.startswith("dbos-"):
         runner = _DbosSide(side.removeprefix("dbos-"), turns)
     else:

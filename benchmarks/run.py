@@ -378,6 +378,9 @@ def p9(row: Any) -> None:
     for side in P9_SIDES[1:]:
         print(f"  {side}: +{added[side] * 1e3:.1f} ms wall, +{added_cpu[side] * 1e3:.1f} ms CPU "
               f"per agent run; {steps[side]} durable steps {names[side]}")
+    print(f"  of which Pydantic AI's own durable machinery (the floor side, no engine): "
+          f"{added['floor'] / added['local_world']:.0%} of local_world's added time, "
+          f"{added['floor'] / added['dbos-wal']:.2f}x DBOS WAL+FULL's")
     peer = "dbos-wal"
     for ours, label, goal in (
             ("local_world", "local_world", "≤ 0.5×"),

@@ -835,3 +835,21 @@ def test_an_agent_graph_sleep_is_a_durable_timer_and_a_resume_waits_only_the_res
         types = [e.type for e in world.list_events("run_poll1")]
         assert types.count("timer.scheduled") == 1 and types.count("timer.fired") == 1
         assert lw.replay_run(world, "run_poll1", wf).output == r.output and requests == ["start", "poll"]
+
+
+def test_the_operation_backend_is_built_once_per_agent_binding() -> None:
+    # Pydantic AI asks for the backend on every model request (callable engines bind per
+    # request); ours holds nothing per request, so one per bound capability serves them all.
+    capability = LittleWorkflowDurability()
+    agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("hi")])),
+                  name="once", capabilities=[capability])
+    assert agent.run_sync("go").output == "hi"
+    first = capability.get_durable_operation_backend()
+    assert capability.get_durable_operation_backend() is first
+    renamed = LittleWorkflowDurability(name="other")
+    assert renamed.get_durable_operation_backend() is not first
+    import copy
+    bound = copy.copy(capability)
+    bound.name = "bound-elsewhere"
+    assert bound.get_durable_operation_backend() is not first
+    assert capability.get_durable_operation_backend() is first

@@ -416,6 +416,20 @@ class LittleWorkflowDurability(StreamRouting, BaseDurabilityCapability[AgentDeps
         return _in_workflow_body() is not None
 
     def get_durable_operation_backend(self) -> LittleWorkflowOperationBackend:
+        # Pydantic AI asks for it on every model request and tool listing (callable engines
+        # bind per request); it holds only the agent's name, default model and step options,
+        # so one per bound capability serves them all. `copy.copy` (Pydantic AI binds a copy
+        # per agent, renamed) carries the cached one along: its key tells it is another's.
+        key = (self.name, self.default_model_id, self._model_retry, self._tool_retry)
+        cached = self.__dict__.get("_lw_backend")
+        if cached is not None and cached[0] == key:
+            backend: LittleWorkflowOperationBackend = cached[1]
+            return backend
+        backend = self._build_backend()
+        self.__dict__["_lw_backend"] = (key, backend)
+        return backend
+
+    def _build_backend(self) -> LittleWorkflowOperationBackend:
         no_options = UnitConfig(retry=None, timeout=None)
         tool_options = UnitConfig(retry=self._tool_retry, timeout=None)
         per_tool = self._build_resolve_tool_config(tool_options)

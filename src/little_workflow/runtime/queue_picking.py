@@ -16,7 +16,8 @@ One pass (`QueuePicker.admit`) takes each queue's runs that this worker can exec
    window together (`starts.json`, one compare-and-swap for the batch, capped first by
    the room one read of it shows): those it has no room for are given back, and nothing
    later of this queue starts until the window frees. A resume is not a start: it needs
-   places, not the window;
+   places, not the window. With no rate limit every start is taken, and the count of
+   `little queues`' rate is written a second's worth at a time (`STATS_SECONDS`);
 6. handed to the pool with all of it held: the run executes under its lock and places
    (fenced: an executor whose lease of a place lapsed stops at its next record), given
    back when it ends or waits.
@@ -31,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..errors import LittleWorkflowError, QueueNotFoundError, RunLockedError
 from ..world.clock import from_iso, to_iso
@@ -44,6 +45,10 @@ log = logging.getLogger("little_workflow.worker")
 
 #: How often a worker tries again for a place another process holds (seconds).
 SLOT_RETRY_SECONDS = 0.25
+#: Starts on a queue with no rate limit are written to its `starts.json` (`little queues`'
+#: rate, a figure, not a limit) at most this often by a worker, and when it goes idle or
+#: stops: one write per second instead of one per pass.
+STATS_SECONDS = 1.0
 
 
 @dataclasses.dataclass
@@ -123,12 +128,18 @@ class QueuePicker:
         self.world = world
         self.backoff = backoff
         self.is_due = is_due
-        self._candidates: list[Candidate] = []
+        # Each queue's candidates in (priority, enqueue order); runs a pass took or found
+        # gone are dropped from the front and otherwise skipped (`_gone`), so a pass costs
+        # what it looks at, not the whole backlog.
+        self._by_queue: dict[str, list[Candidate]] = {}
+        self._gone: set[str] = set()
         self._pending = False  # a run waits for a place or the rate window
         self._retry_at: float | None = None  # world-clock time a window frees
         self._slot_wait = False
         self._next_slot: dict[str, int] = {}  # queue -> where the next try starts
         self._missing: set[str] = set()  # queues reported missing
+        self._unwritten: dict[str, int] = {}  # queue with no rate limit -> starts not yet in starts.json
+        self._written_at: dict[str, float] = {}  # queue -> when its starts were last written
 
     # ---- what there is --------------------------------------------------------------
 
@@ -140,14 +151,17 @@ class QueuePicker:
             if fields is not None:
                 cands.append(Candidate(run_id, wf, fields, run_log.starts > 0))
         cands.sort(key=lambda c: c.rank)
-        self._candidates = cands
+        by_queue: dict[str, list[Candidate]] = {}
+        for c in cands:
+            by_queue.setdefault(c.fields["name"], []).append(c)
+        self._by_queue, self._gone = by_queue, set()
 
     def has_candidates(self) -> bool:
-        return bool(self._candidates)
+        return bool(self._by_queue)
 
     def pending(self) -> bool:
         """A candidate waits for a place or the rate window (not for a run elsewhere)."""
-        return self._pending and bool(self._candidates)
+        return self._pending and bool(self._by_queue)
 
     def frees_at(self) -> float | None:
         """The World-clock time a full rate window frees for a waiting candidate (None:
@@ -169,35 +183,51 @@ class QueuePicker:
         """Choose and hold up to `capacity` runs (none of `busy`, the runs in flight)."""
         self._pending, self._retry_at, self._slot_wait = False, None, False
         admitted: list[Admission] = []
-        if capacity <= 0 or not self._candidates:
-            self._pending = bool(self._candidates)
+        if capacity <= 0 or not self._by_queue:
+            self._pending = bool(self._by_queue)
             self._slot_wait = self._pending
             return admitted
         now = self.world.clock.now()
-        by_queue: dict[str, list[Candidate]] = {}
-        for c in self._candidates:
-            if c.run_id not in busy:
-                by_queue.setdefault(c.fields["name"], []).append(c)
+        gone = self._gone
+        firsts = []
+        for name, queued in self._by_queue.items():
+            first = next((c for c in queued if c.run_id not in busy and c.run_id not in gone), None)
+            if first is not None:
+                firsts.append((first.rank, name))
         done: set[str] = set()
-        for name, cands in sorted(by_queue.items(), key=lambda kv: kv[1][0].rank):
+        for _, name in sorted(firsts):
             if len(admitted) >= capacity:
                 self._pending = True
                 break
+            cands = (c for c in self._by_queue[name] if c.run_id not in busy and c.run_id not in gone)
             try:
                 queue = read_queue(self.world, name)
             except QueueNotFoundError:
                 if name not in self._missing:
                     log.warning("queue %r is not declared: its %d runs wait (declare it, or "
-                                "cancel them)", name, len(cands))
+                                "cancel them)", name, len(self._by_queue[name]))
                     self._missing.add(name)
                 continue
             self._missing.discard(name)
             admitted += self._admit_from(queue, cands, capacity - len(admitted), now, done)
         if done:
-            self._candidates = [c for c in self._candidates if c.run_id not in done]
+            self._drop(done)
         return admitted
 
-    def _admit_from(self, queue: dict[str, Any], cands: list[Candidate], capacity: int,
+    def _drop(self, run_ids: set[str]) -> None:
+        self._gone |= run_ids
+        for name in list(self._by_queue):
+            queued = self._by_queue[name]
+            head = 0
+            while head < len(queued) and queued[head].run_id in self._gone:
+                self._gone.discard(queued[head].run_id)
+                head += 1
+            if head == len(queued):
+                del self._by_queue[name]
+            elif head:
+                del queued[:head]
+
+    def _admit_from(self, queue: dict[str, Any], cands: Iterable[Candidate], capacity: int,
                     now: float, done: set[str]) -> list[Admission]:
         name = queue["name"]
         held: list[Held] = []
@@ -208,7 +238,7 @@ class QueuePicker:
             # The window is full (read, not written): only resumes may go; first starts
             # are not tried (no run lock, no log read) until it frees.
             self._note_window(frees_at)
-            cands = [c for c in cands if c.resume]
+            cands = (c for c in cands if c.resume)
         first_starts = 0
         for cand in cands:
             if len(held) >= capacity:
@@ -265,7 +295,13 @@ class QueuePicker:
             return []
         counted = sum(h.counted for h in held)
         try:
-            at, room, frees_at = record_starts(self.world, queue, now, counted)
+            if queue.get("rateLimit") is None:
+                # No window to take places in: every start is admitted; only the figure
+                # of `little queues` is written, a second's worth at a time.
+                at, room, frees_at = now, counted, None
+                self._note_starts(queue, now, counted)
+            else:
+                at, room, frees_at = record_starts(self.world, queue, now, counted)
         except LittleWorkflowError as e:
             for h in held:
                 self.backoff.failed(h.cand.run_id, e, -1)
@@ -284,6 +320,39 @@ class QueuePicker:
             admitted.append(h.admit(at if h.counted else now))
             done.add(h.cand.run_id)
         return admitted
+
+    def _note_starts(self, queue: dict[str, Any], now: float, count: int) -> None:
+        name = queue["name"]
+        if count:
+            self._unwritten[name] = self._unwritten.get(name, 0) + count
+        if now - self._written_at.get(name, float("-inf")) >= STATS_SECONDS:
+            self._write_starts(name, now)
+
+    def _write_starts(self, name: str, now: float) -> None:
+        count = self._unwritten.pop(name, 0)
+        self._written_at[name] = now
+        if not count:
+            return
+        try:
+            record_starts(self.world, {"name": name}, now, count)
+        except LittleWorkflowError as e:  # a figure: kept, and written with the next ones
+            self._unwritten[name] = self._unwritten.get(name, 0) + count
+            log.info("could not write the starts of queue %r: %s", name, e)
+
+    def write_starts(self) -> None:
+        """Write the starts not yet in the queues' `starts.json` (when the worker goes
+        idle or stops, and at each sweep once STATS_SECONDS have passed)."""
+        if not self._unwritten:
+            return
+        now = self.world.clock.now()
+        for name in list(self._unwritten):
+            self._write_starts(name, now)
+
+    def write_starts_due(self) -> None:
+        now = self.world.clock.now()
+        for name in list(self._unwritten):
+            if now - self._written_at.get(name, float("-inf")) >= STATS_SECONDS:
+                self._write_starts(name, now)
 
     def _take_place(self, queue: str, limit: int | None, naming: Any, *extra: Any) -> Any:
         """A free place among `limit` (a `Slot`), True where there is no limit, or False."""
@@ -358,7 +427,7 @@ class QueuePicker:
         return "wait"
 
     def forget(self, run_id: str) -> None:
-        self._candidates = [c for c in self._candidates if c.run_id != run_id]
+        self._drop({run_id})
 
 
 def _cancel_later(world: Any, run_id: str) -> None:
