@@ -582,7 +582,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             kind, data = self.serde.dumps_typed(value)
             (regular if idx >= 0 else special).append([idx, channel, kind, data])
 
-        def write(t: Thread) -> tuple[Any, int]:
+        def write(t: Thread) -> tuple[Any, Any]:
             layout = self._threads.layout(t)
             if t.layout == "events":
                 if not t.documented:
@@ -591,11 +591,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                 return layout, layout.add_writes(t, ns, checkpoint_id, task_id, task_path,
                                                  regular, special, ride=True)
             layout.add_writes(t, ns, checkpoint_id, task_id, task_path, regular, special)
-            return layout, 0
+            return layout, None
 
-        layout, unsynced = self._retrying(th, write)
-        if unsynced:
-            layout.await_durable(unsynced)
+        layout, ticket = self._retrying(th, write)
+        if ticket is not None:
+            layout.await_durable(ticket)
         node = _node_of(task_path)
         if node is not None:
             with self._lock:
