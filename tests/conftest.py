@@ -55,6 +55,42 @@ def pytest_report_header(config: Any) -> list[str]:
     return header
 
 
+#: Tests known to take long (tests/slowest.txt), longest first.
+SLOWEST_LIST = os.path.join(ROOT, "tests", "slowest.txt")
+
+
+def slowest_first(nodeids: list[str], listed: list[str]) -> list[int]:
+    """The order to run `nodeids` in: those named in `listed` first, in its order (an entry
+    without `[params]` names every parametrization), then the rest as collected."""
+    rank = {name: i for i, name in enumerate(listed)}
+
+    def key(index: int) -> tuple[int, int]:
+        nodeid = nodeids[index]
+        if "@" in nodeid.rsplit("]", 1)[-1]:  # xdist's "@group" suffix
+            nodeid = nodeid[:nodeid.rindex("@")]
+        place = rank.get(nodeid, rank.get(nodeid.split("[", 1)[0], len(rank)))
+        return place, index
+
+    return sorted(range(len(nodeids)), key=key)
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    """Under xdist the run lasts until its last worker finishes, and a worker takes the
+    next test as it frees up: a 60-second test handed out in the last minute sets the wall
+    clock alone. The longest tests go out first (xdist_groups of several tests already do:
+    `--dist loadgroup` hands out the biggest groups first). Without xdist the order does
+    not matter for time and is left as collected."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
+        with open(SLOWEST_LIST) as f:
+            listed = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    except FileNotFoundError:
+        return
+    order = slowest_first([item.nodeid for item in items], listed)
+    items[:] = [items[i] for i in order]
+
+
 def private_memory() -> MemoryFileSystem:
     return MemoryFileSystem(skip_instance_cache=True, global_store=False)
 

@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 from checkout import SRC
+from mypy_scope import config_file
 
 # One worker runs this file under xdist (`--dist loadgroup`): the session's strict mypy
 # cache (conftest.strict_mypy_cache) is then built once, not once per worker.
@@ -74,6 +75,7 @@ def mypy_cache(strict_mypy_cache):
 
 def _mypy(tmp_path, cache_dir: str, *files: str) -> str:
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache_dir,
+                        "--config-file", config_file(str(tmp_path), project_settings=False),
                         "--follow-imports=silent", *files], cwd=tmp_path, capture_output=True,
                        text=True, timeout=600, env={**os.environ, "MYPYPATH": SRC})
     return r.stdout.replace("builtins.", "")  # mypy before 2.0 spelled builtins out

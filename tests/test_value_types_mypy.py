@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 from checkout import SRC
+from mypy_scope import config_file
 
 # On the worker that runs tests/test_user_types.py: they share the session's strict mypy
 # cache (conftest.strict_mypy_cache), built once.
@@ -241,6 +242,7 @@ if __name__ == "__main__":
 def mypy_reveals(tmp_path, cache_dir: str) -> dict[str, str]:
     """label -> what mypy --strict reveals for it."""
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache_dir,
+                        "--config-file", config_file(str(tmp_path), project_settings=False),
                         "--follow-imports=silent", "typesflow.py"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=600,
                        env={**os.environ, "MYPYPATH": SRC})

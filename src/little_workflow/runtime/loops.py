@@ -14,12 +14,29 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_ours: "weakref.WeakSet[asyncio.AbstractEventLoop]" = weakref.WeakSet()
+#: Each loop of ours -> the tasks made on it (its task factory notes them). asyncio's
+#: all_tasks() walks the tasks of every loop in the process, finished ones not yet
+#: collected included: with a worker's threads each on its loop, that walk was most of
+#: the cost of the check every durable append makes.
+_ours: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[asyncio.Future[Any]]]" = (
+    weakref.WeakKeyDictionary())
 
 
 def own(loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
     """Mark `loop` as one this library made and runs."""
-    _ours.add(loop)
+    if loop in _ours:
+        return loop
+    tasks: weakref.WeakSet[asyncio.Future[Any]] = weakref.WeakSet()
+    previous = loop.get_task_factory()
+
+    def noting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        task = (previous(loop, coro, **kwargs) if previous is not None
+                else asyncio.Task(coro, loop=loop, **kwargs))
+        tasks.add(task)
+        return task
+
+    loop.set_task_factory(noting)
+    _ours[loop] = tasks
     return loop
 
 
@@ -32,4 +49,13 @@ def run_on_own_loop(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 def may_block_loop() -> bool:
     """True when blocking the running loop holds up nothing but the current task."""
-    return asyncio.get_running_loop() in _ours and len(asyncio.all_tasks()) <= 1
+    tasks = _ours.get(asyncio.get_running_loop())
+    if tasks is None:
+        return False
+    unfinished = 0
+    for task in tasks:
+        if not task.done():
+            unfinished += 1
+            if unfinished > 1:
+                return False
+    return True

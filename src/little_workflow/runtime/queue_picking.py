@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..errors import LittleWorkflowError, QueueNotFoundError, RunLockedError
 from ..world.clock import from_iso, to_iso
@@ -123,7 +123,11 @@ class QueuePicker:
         self.world = world
         self.backoff = backoff
         self.is_due = is_due
-        self._candidates: list[Candidate] = []
+        # Each queue's candidates in (priority, enqueue order); runs a pass took or found
+        # gone are dropped from the front and otherwise skipped (`_gone`), so a pass costs
+        # what it looks at, not the whole backlog.
+        self._by_queue: dict[str, list[Candidate]] = {}
+        self._gone: set[str] = set()
         self._pending = False  # a run waits for a place or the rate window
         self._retry_at: float | None = None  # world-clock time a window frees
         self._slot_wait = False
@@ -140,14 +144,17 @@ class QueuePicker:
             if fields is not None:
                 cands.append(Candidate(run_id, wf, fields, run_log.starts > 0))
         cands.sort(key=lambda c: c.rank)
-        self._candidates = cands
+        by_queue: dict[str, list[Candidate]] = {}
+        for c in cands:
+            by_queue.setdefault(c.fields["name"], []).append(c)
+        self._by_queue, self._gone = by_queue, set()
 
     def has_candidates(self) -> bool:
-        return bool(self._candidates)
+        return bool(self._by_queue)
 
     def pending(self) -> bool:
         """A candidate waits for a place or the rate window (not for a run elsewhere)."""
-        return self._pending and bool(self._candidates)
+        return self._pending and bool(self._by_queue)
 
     def frees_at(self) -> float | None:
         """The World-clock time a full rate window frees for a waiting candidate (None:
@@ -169,35 +176,51 @@ class QueuePicker:
         """Choose and hold up to `capacity` runs (none of `busy`, the runs in flight)."""
         self._pending, self._retry_at, self._slot_wait = False, None, False
         admitted: list[Admission] = []
-        if capacity <= 0 or not self._candidates:
-            self._pending = bool(self._candidates)
+        if capacity <= 0 or not self._by_queue:
+            self._pending = bool(self._by_queue)
             self._slot_wait = self._pending
             return admitted
         now = self.world.clock.now()
-        by_queue: dict[str, list[Candidate]] = {}
-        for c in self._candidates:
-            if c.run_id not in busy:
-                by_queue.setdefault(c.fields["name"], []).append(c)
+        gone = self._gone
+        firsts = []
+        for name, queued in self._by_queue.items():
+            first = next((c for c in queued if c.run_id not in busy and c.run_id not in gone), None)
+            if first is not None:
+                firsts.append((first.rank, name))
         done: set[str] = set()
-        for name, cands in sorted(by_queue.items(), key=lambda kv: kv[1][0].rank):
+        for _, name in sorted(firsts):
             if len(admitted) >= capacity:
                 self._pending = True
                 break
+            cands = (c for c in self._by_queue[name] if c.run_id not in busy and c.run_id not in gone)
             try:
                 queue = read_queue(self.world, name)
             except QueueNotFoundError:
                 if name not in self._missing:
                     log.warning("queue %r is not declared: its %d runs wait (declare it, or "
-                                "cancel them)", name, len(cands))
+                                "cancel them)", name, len(self._by_queue[name]))
                     self._missing.add(name)
                 continue
             self._missing.discard(name)
             admitted += self._admit_from(queue, cands, capacity - len(admitted), now, done)
         if done:
-            self._candidates = [c for c in self._candidates if c.run_id not in done]
+            self._drop(done)
         return admitted
 
-    def _admit_from(self, queue: dict[str, Any], cands: list[Candidate], capacity: int,
+    def _drop(self, run_ids: set[str]) -> None:
+        self._gone |= run_ids
+        for name in list(self._by_queue):
+            queued = self._by_queue[name]
+            head = 0
+            while head < len(queued) and queued[head].run_id in self._gone:
+                self._gone.discard(queued[head].run_id)
+                head += 1
+            if head == len(queued):
+                del self._by_queue[name]
+            elif head:
+                del queued[:head]
+
+    def _admit_from(self, queue: dict[str, Any], cands: Iterable[Candidate], capacity: int,
                     now: float, done: set[str]) -> list[Admission]:
         name = queue["name"]
         held: list[Held] = []
@@ -208,7 +231,7 @@ class QueuePicker:
             # The window is full (read, not written): only resumes may go; first starts
             # are not tried (no run lock, no log read) until it frees.
             self._note_window(frees_at)
-            cands = [c for c in cands if c.resume]
+            cands = (c for c in cands if c.resume)
         first_starts = 0
         for cand in cands:
             if len(held) >= capacity:
@@ -358,7 +381,7 @@ class QueuePicker:
         return "wait"
 
     def forget(self, run_id: str) -> None:
-        self._candidates = [c for c in self._candidates if c.run_id != run_id]
+        self._drop({run_id})
 
 
 def _cancel_later(world: Any, run_id: str) -> None:

@@ -199,8 +199,15 @@ async def _run_locked(
     parent_run_id: str | None = None, deadline: tuple[float | None, float | None] = (None, None),
     admission: Any = None,
 ) -> RunResult[Any]:
-    events = await offload(world, world.list_events, run_id)
-    log = RunLog.fold(run_id, events)
+    if admission is None:
+        log = RunLog.fold(run_id, await offload(world, world.list_events, run_id))
+    else:
+        # Read whole by the worker that admitted it, under the lock held since: only
+        # what others appended after that read (a cancel request, an event) is new.
+        log = admission.log
+        for e in await offload(world, functools.partial(world.list_events, run_id,
+                                                        after=log.last_sequence)):
+            log.apply(e)
     input_hash = content_hash(input)
     if log.created is not None:
         if log.created.get("workflowId") != wf.id:

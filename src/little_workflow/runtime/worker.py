@@ -95,6 +95,7 @@ class Worker:
         # from the sweep and whenever a thread frees (queue_picking.py).
         self._queues = QueuePicker(world, self._backoff, self._is_due)
         self._admit_lock = threading.Lock()
+        self._admit_again = False  # a pass is wanted after the one running (see _admit_queued)
         self._schedules = ScheduleTicker(world, self.workflows)
 
     # ---- what is due ----------------------------------------------------------------
@@ -226,6 +227,7 @@ class Worker:
         from .runner import arun_admitted
 
         loop = self._loop()
+        seen = adm.log.last_sequence  # the run appends to adm.log as it goes
         try:
             try:
                 input = stored_value(self.world, (adm.log.created or {}).get("input"))
@@ -239,12 +241,12 @@ class Worker:
             self._backoff.ran(adm.run_id)
             log.info("run %s ended: %s", adm.run_id, e)
         except (WorkflowVersionError, ReplayDivergenceError) as e:
-            self._backoff.refused(adm.run_id, e, adm.log.last_sequence)
+            self._backoff.refused(adm.run_id, e, seen)
         except LittleWorkflowError as e:
-            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+            self._backoff.failed(adm.run_id, e, seen)
             self._reread.add(adm.run_id)
         except Exception as e:
-            self._backoff.failed(adm.run_id, e, adm.log.last_sequence)
+            self._backoff.failed(adm.run_id, e, seen)
         finally:
             _cancel_leftovers(loop)
 
@@ -308,18 +310,18 @@ class Worker:
                 self._stop.wait(rest)
                 break
             self._stop.wait(max(retry, MIN_RETRY_SECONDS))
-            admitted += self._admit_queued()
+            admitted += self._admit_queued() or 0
         t = time.monotonic()
         started = self._start_due(skip_locked=skip_locked)
         now = time.monotonic()
         self._last_sweep = (now - t, now)
-        return admitted + started + self._admit_queued()
+        return admitted + started + (self._admit_queued() or 0)
 
     def sweep(self, *, skip_locked: bool = False) -> int:
         """Start every due run (up to the pool's capacity queueing the rest; queued runs
         within their queues' limits, up to the pool's free threads); returns how many
         were started."""
-        return self._start_due(skip_locked=skip_locked) + self._admit_queued()
+        return self._start_due(skip_locked=skip_locked) + (self._admit_queued() or 0)
 
     def _start_due(self, *, skip_locked: bool = False) -> int:
         """The reading part of a sweep: hand every due run that is not queued to the pool
@@ -345,33 +347,56 @@ class Worker:
             self._queues.offer(queued)
         return started
 
-    def _admit_queued(self) -> int:
-        """One pass over the queued runs (queue_picking.py): each admitted run goes to the
-        pool with its lock and its queue's places held."""
-        submitted = []
-        with self._admit_lock:
-            if self._stop.is_set() or not self._queues.has_candidates():
-                return 0
+    def _admit_queued(self, *, defer: bool = False) -> int | None:
+        """Passes over the queued runs (queue_picking.py): each admitted run goes to the
+        pool with its lock and its queue's places held; returns how many. A pool thread
+        that frees while another thread's pass runs (`defer`) does not wait for it: it
+        leaves its turn to that thread, which makes one more pass when its own ends — the
+        places freed meanwhile are taken in one batch, and no thread of the pool idles
+        behind a pass (None: left to the running pass)."""
+        self._admit_again = True
+        if not self._admit_lock.acquire(blocking=not defer):
+            return None
+        admitted = passes = 0
+        while True:
             try:
-                admitted = self._queues.admit(self.concurrency - len(self._in_flight),
-                                              set(self._in_flight))
-            except LittleWorkflowError as e:
-                log.warning("could not start queued runs now: %s", e)
-                return 0
-            for i, adm in enumerate(admitted):
-                try:
-                    fut = self._pool.submit(self._execute_admitted, adm)
-                except RuntimeError:  # the pool is shut down: give everything back
-                    for left in admitted[i:]:
-                        left.release()
-                    break
-                self._in_flight[adm.run_id] = fut
-                submitted.append((adm.run_id, fut))
-        # Outside the lock: a run that already ended calls back at once, in this thread,
-        # and its callback makes a pass of its own (the lock is not reentrant).
-        for run_id, fut in submitted:
-            fut.add_done_callback(functools.partial(self._future_done, run_id))
-        return len(submitted)
+                self._admit_again = False
+                submitted = self._admit_pass()
+            finally:
+                self._admit_lock.release()
+            # Outside the lock: a run that already ended calls back at once, in this
+            # thread, and its callback makes a pass of its own (the lock is not reentrant).
+            for run_id, fut in submitted:
+                fut.add_done_callback(functools.partial(self._future_done, run_id))
+            admitted += len(submitted)
+            passes += 1
+            if not self._admit_again or not self._admit_lock.acquire(blocking=False):
+                break
+        if passes > 1 and not submitted:
+            self._sweep_if_short()  # as the thread that left its turn would have
+        return admitted
+
+    def _admit_pass(self) -> list[tuple[str, concurrent.futures.Future[Any]]]:
+        """One pass, under `_admit_lock`: the runs handed to the pool, with their futures."""
+        submitted: list[tuple[str, concurrent.futures.Future[Any]]] = []
+        if self._stop.is_set() or not self._queues.has_candidates():
+            return submitted
+        try:
+            admitted = self._queues.admit(self.concurrency - len(self._in_flight),
+                                          set(self._in_flight))
+        except LittleWorkflowError as e:
+            log.warning("could not start queued runs now: %s", e)
+            return submitted
+        for i, adm in enumerate(admitted):
+            try:
+                fut = self._pool.submit(self._execute_admitted, adm)
+            except RuntimeError:  # the pool is shut down: give everything back
+                for left in admitted[i:]:
+                    left.release()
+                break
+            self._in_flight[adm.run_id] = fut
+            submitted.append((adm.run_id, fut))
+        return submitted
 
     def _future_done(self, run_id: str, _future: Any) -> None:
         self._done(run_id)
@@ -380,7 +405,7 @@ class Worker:
         self._in_flight.pop(run_id, None)
         # A thread is free: start the next queued run at once, from the candidates the last
         # sweep found, without a sweep. Only when that starts nothing is a sweep wanted.
-        if not self._admit_queued():
+        if self._admit_queued(defer=True) == 0:
             self._sweep_if_short()
 
     def _sweep_if_short(self) -> None:

@@ -277,7 +277,8 @@ COUNTERS_SCHEMA = ("CREATE TABLE IF NOT EXISTS counters ("
 class SqliteEventStore(EventStore):
     """SQLite in WAL mode, `PRIMARY KEY (run_id, sequence)`, durable commits
     (`synchronous=FULL`; `NORMAL` only for a batch of `durable=False` appends, never
-    `OFF`). One connection per World storage, used under a lock.
+    `OFF`). One connection per World storage writes, under a lock; reads go through a
+    second one (`_reading`), so they never wait for a commit in progress.
 
     Every SQLite or OS failure leaves as `StorageError` naming events.db (read-only data
     dir, disk full, a file that is not a SQLite database)."""
@@ -289,6 +290,9 @@ class SqliteEventStore(EventStore):
         self.description = f"SQLite {db_path}"
         self.read_only = read_only
         self._lock = threading.Lock()
+        # Reads: a connection of their own, opened at the first read (see _reading).
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
         self._closed = False
         self._wal_prefilled = False
         self._synchronous = ""
@@ -413,16 +417,47 @@ class SqliteEventStore(EventStore):
             self._synchronous = mode
 
     def _retrying(self, op: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return self._attempts(self._lock, lambda: op(*args, **kwargs))
+
+    def _reading(self, select: Callable[[sqlite3.Connection], T]) -> T:
+        """`select(connection)` on the read connection. In WAL mode a reader takes no lock
+        the writer holds, so a read does not queue behind a commit in progress — on one
+        shared connection every log read of a worker's claims and sweeps waited for
+        whichever commit was mid-fsync. Each statement is its own read transaction
+        (autocommit): it sees every commit made before it starts, as the writing
+        connection would between its transactions, and never a commit not yet made."""
+        if self.read_only:
+            return self._retrying(lambda: select(self._conn))
+
+        def read() -> T:
+            if self._reader is None:
+                self._reader = self._open_reader()
+            return select(self._reader)
+
+        return self._attempts(self._read_lock, read)
+
+    def _open_reader(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None,
+                               check_same_thread=False)
+        try:
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA query_only=1")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _attempts(self, lock: threading.Lock, op: Callable[[], T]) -> T:
         # busy_timeout covers most contention; a "locked" that still escapes (WAL recovery
         # by another process, checkpoint) is retried here so it never reaches a user.
         delay = 0.005
         for attempt in range(200):
             try:
-                with self._lock:
+                with lock:
                     if self._closed:
                         raise StorageError(self.db_path, "the event store is closed",
                                            "open the World again")
-                    return op(*args, **kwargs)
+                    return op()
             except sqlite3.OperationalError as e:
                 code = getattr(e, "sqlite_errorname", "") or ""
                 if not code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or attempt == 199:
@@ -639,32 +674,32 @@ class SqliteEventStore(EventStore):
         return self._retrying(run)
 
     def read_after(self, run_id: str, after: int) -> list[tuple[int, bytes]]:
-        def select() -> list[tuple[int, bytes]]:
-            rows = self._conn.execute(
+        def select(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
+            rows = conn.execute(
                 "SELECT sequence, envelope FROM events WHERE run_id = ? AND sequence > ?"
                 " ORDER BY sequence",
                 (run_id, after),
             ).fetchall()
             return [(s, e.encode("utf-8")) for s, e in rows]
 
-        return self._retrying(select)
+        return self._reading(select)
 
     def read_one(self, run_id: str, sequence: int) -> bytes | None:
-        def select() -> bytes | None:
-            row = self._conn.execute(
+        def select(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
                 "SELECT envelope FROM events WHERE run_id = ? AND sequence = ?",
                 (run_id, sequence),
             ).fetchone()
             return None if row is None else row[0].encode("utf-8")
 
-        return self._retrying(select)
+        return self._reading(select)
 
     def run_ids(self) -> list[str]:
-        def select() -> list[str]:
-            rows = self._conn.execute("SELECT DISTINCT run_id FROM events ORDER BY run_id")
+        def select(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute("SELECT DISTINCT run_id FROM events ORDER BY run_id")
             return [r[0] for r in rows]
 
-        return self._retrying(select)
+        return self._reading(select)
 
     def delete_run(self, run_id: str) -> int:
         def delete() -> int:
@@ -685,13 +720,13 @@ class SqliteEventStore(EventStore):
         return self._retrying(delete)
 
     def listed_sequences(self, run_id: str) -> list[int]:
-        def select() -> list[int]:
-            rows = self._conn.execute(
+        def select(conn: sqlite3.Connection) -> list[int]:
+            rows = conn.execute(
                 "SELECT sequence FROM events WHERE run_id = ? ORDER BY sequence", (run_id,)
             )
             return [r[0] for r in rows]
 
-        return self._retrying(select)
+        return self._reading(select)
 
     def sync(self) -> None:
         # Every commit, NORMAL ones included, is already in the WAL file: one fsync of
@@ -720,6 +755,10 @@ class SqliteEventStore(EventStore):
             if self._closed:
                 return
             self._closed = True
+            with self._read_lock:  # closed first: the writer's close is the last one
+                if self._reader is not None:
+                    self._reader.close()
+                    self._reader = None
             try:
                 if self._synchronous != "FULL":
                     self._conn.execute("PRAGMA synchronous=FULL")
