@@ -81,7 +81,10 @@ def test_interrupt_two_subgraphs_deep_resumes_in_a_fresh_process_and_survives_si
 
 
 #: Trials per backend; the issue saw whole threads lost in 2-4 of 5 (and here 8 of 10).
-ASYNC_TRIALS = soak_size("LW_LG_ASYNC_TRIALS", short=3, full=10)
+#: One by default: with SLOW_WRITE a run that does not wait for its first checkpoint
+#: loses its thread in the first trial (the wait taken out: invoke on both backends and
+#: ainvoke on local_world failed in trial 1; where 1 trial passed, 3 passed too).
+ASYNC_TRIALS = soak_size("LW_LG_ASYNC_TRIALS", short=1, full=10)
 #: Each node's work in seconds (0: the issue's case, nodes that return at once).
 NODE_SECONDS = float(os.environ.get("LW_LG_NODE_SECONDS", "0"))
 #: Seconds added to each World write of the killed run (an object store's round trip).

@@ -10,6 +10,7 @@ import concurrent.futures
 import threading
 
 import little_workflow as lw
+from little_workflow.testing import FakeClock
 from little_workflow.world.tracing import tracing_world
 
 GATE = threading.Event()  # the runs end only once the test has counted them
@@ -63,3 +64,35 @@ def test_a_thread_that_frees_during_a_pass_does_not_wait_and_its_place_is_taken(
         GATE.set()
         worker.close()
         base.close()
+
+
+@lw.workflow(id="claim-threads-quick")
+async def quick(ctx: lw.RunContext, input: int) -> int:
+    return input
+
+
+def test_starts_on_a_queue_with_no_rate_limit_are_written_a_second_at_a_time(tmp_path):
+    """`starts.json` of a queue with no rate limit only feeds `little queues`' rate: a
+    worker writes it once per STATS_SECONDS of the World's clock and when it goes idle, not
+    once per claim pass; every start is in it once the worker is idle."""
+    clock = FakeClock(start=1_800_000_000.0)  # never moves: one second never passes
+    base = lw.local_world(str(tmp_path / "data"), clock=clock)
+    lw.declare_queue(base, "q", concurrency=2)
+    handles = [lw.enqueue(base, quick, i, queue="q") for i in range(12)]
+    writes: list[str] = []
+
+    def on_call(name: str, args: tuple, kwargs: dict) -> None:
+        if name == "update_document" and str(args[0]).endswith("/starts.json"):
+            writes.append(str(args[0]))
+
+    worker = lw.Worker(tracing_world(base, on_call), workflows=[quick], concurrency=2)
+    try:
+        worker.run_until_idle()
+    finally:
+        worker.close()
+    assert sorted(h.result(timeout=60) for h in handles) == list(range(12))
+    assert writes == ["queues/q/starts.json"] * 2  # the first pass, then going idle
+    assert base.read_document("queues/q/starts.json")["total"] == 12
+    (q,) = lw.list_queues(base)
+    assert q.recent_rate == 12
+    base.close()

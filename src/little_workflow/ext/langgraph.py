@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextvars
+import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,7 @@ def _array_header(data: bytes) -> int:
     return {0xDC: 3, 0xDD: 5}.get(first, 0)
 
 
+@functools.lru_cache(maxsize=1024)  # a graph's few task paths, once per task otherwise
 def _node_of(task_path: str) -> str | None:
     """The node a task runs, from LangGraph's task path (`~__pregel_pull, node`)."""
     parts = [p.strip() for p in task_path.split(",")]
@@ -476,14 +478,16 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id = str(_configurable(config)["thread_id"])
-        with self._lock:
-            first = self._first_puts.pop(thread_id, None)
+        conf = _configurable(config)
+        first = None
+        if self._first_puts:  # read without the lock: only a get_tuple before this put adds one
+            with self._lock:
+                first = self._first_puts.pop(str(conf["thread_id"]), None)
         if first is None:
-            return self._put(config, checkpoint, metadata, new_versions)
+            return self._put(config, conf, checkpoint, metadata, new_versions)
         first.started = True
         try:
-            return self._put(config, checkpoint, metadata, new_versions)
+            return self._put(config, conf, checkpoint, metadata, new_versions)
         finally:
             first.done.set()
 
@@ -506,11 +510,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
     def _put(
         self,
         config: RunnableConfig,
+        conf: dict[str, Any],
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        conf = _configurable(config)
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         checkpoint_id = checkpoint["id"]
@@ -529,15 +533,21 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             "x": sorted(nodes) if nodes else None,
         }
 
+        written = [th]
+
         def write(t: Thread) -> Any:
+            written[0] = t  # a compaction meanwhile moves the thread to its next log
             if t.layout == "events" and not t.documented:
                 self._threads.layout(t).start(t)
             return self._threads.layout(t).add_checkpoint(t, ns, checkpoint_id, record, blobs)
 
         loc = self._retrying(th, write)
-        th = self._threads.for_write(thread_id)  # a compaction meanwhile moved it
-        stored = Stored(ns, checkpoint_id, parent, record, loc, th.layout)
-        resolved = {ch: [v, self._resolved(stored, ref)] for ch, (v, ref) in channels.items()}
+        th = written[0]
+        if loc is None:
+            resolved = channels  # nothing to fill in: every reference names its file
+        else:
+            stored = Stored(ns, checkpoint_id, parent, record, loc, th.layout)
+            resolved = {ch: [v, self._resolved(stored, ref)] for ch, (v, ref) in channels.items()}
         with self._lock:
             self._channels.put((th.owner, ns, checkpoint_id), resolved)
         for ch, state in lists.items():

@@ -9,11 +9,18 @@ two layouts, chosen per World when a thread is first written and kept in its doc
 
 ```
 runs/<owner>/<nsKey>.c/<id>.<tags>           a checkpoint (msgpack)
+runs/<owner>/<nsKey>.c/head                   the newest checkpoint's name (a pointer)
 runs/<owner>/<nsKey>.w/<id>/<taskKey>[.m<k>]  one task's writes
 runs/<owner>/<nsKey>.b/<id>.<k>              a value or list segment first kept by <id>
 ```
 `<tags>` are crc32s of the checkpoint's metadata items, so `list(filter=…)` and
 `delete_for_runs` find candidates in a folder listing without reading every checkpoint.
+`head` (threads whose document says `headPointer`: those begun on a local disk) lets a
+cold `get_tuple` read the newest checkpoint without listing them all. It is moved forward (compare-and-swap, never to an older id) before each record is written, in
+the record's own folder and unsynced: the record's durable write syncs that folder, so a
+record that survives a crash or a power cut has its pointer move survive too. A pointer
+that names a record which is not there (a put cut short, a checkpoint deleted) or cannot
+be read (torn by a power cut) is passed over for a listing.
 
 **events** (`local_world`, where an append is one SQLite commit and a new file three
 fsyncs): the thread's records are events of its run — `langgraph.checkpoint` (values
@@ -50,6 +57,7 @@ from typing import Any
 import ormsgpack
 
 from little_workflow.errors import (
+    DocumentCorruptError,
     IdempotencyConflictError,
     RunFinishedError,
     RunLockedError,
@@ -74,6 +82,9 @@ EVENT_VALUE_LIMIT = 32 * 1024
 #: since its last one (and not for a log shorter than this): a cold read of the head reads
 #: the log from the hint on, a few events, never the whole log.
 HINT_EVERY = 8
+#: The files layout's pointer to a namespace's newest checkpoint, in its checkpoints'
+#: folder (no checkpoint's file name: those start with an id, `head` is none).
+HEAD_POINTER = "head"
 #: How long a writer waits for another process's compaction of a thread to finish.
 COMPACTION_WAIT_SECONDS = 60.0
 
@@ -128,10 +139,29 @@ def task_key(task_id: str) -> str:
 _TAG_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+_json_string = json.encoder.encode_basestring  # what _TAG_JSON writes a str as
+
+
+def _tag_text(key: str, value: Any) -> str:
+    """`_TAG_JSON.encode([key, value])`, written directly for the plain values LangGraph's
+    metadata holds (a step number, a source, `parents` empty): a put tags every item."""
+    if type(key) is str:
+        kind = type(value)
+        if kind is str:
+            return f"[{_json_string(key)},{_json_string(value)}]"
+        if kind is int:
+            return f"[{_json_string(key)},{int.__repr__(value)}]"
+        if value is None:
+            return f"[{_json_string(key)},null]"
+        if kind is dict and not value:
+            return f"[{_json_string(key)},{{}}]"
+    return _TAG_JSON.encode([key, value])
+
+
 def tag(key: str, value: Any) -> str | None:
     """The tag of one metadata item, None when the value is not plain JSON."""
     try:
-        text = _TAG_JSON.encode([key, value])
+        text = _tag_text(key, value)
     except (TypeError, ValueError):
         return None
     return f"{zlib.crc32(text.encode()):08x}"
@@ -192,11 +222,10 @@ class LRU(OrderedDict):
             self.popitem(last=False)
 
     def peek(self, key: Any) -> Any:
-        try:
+        value = self.get(key)  # a miss is common (a new checkpoint): no KeyError raised
+        if value is not None:
             self.move_to_end(key)
-        except KeyError:
-            return None
-        return self[key]
+        return value
 
 
 # --- what stores hand back ----------------------------------------------------------------
@@ -238,6 +267,9 @@ class Thread:
     legacy: bool = False
     documented: bool = True  # False: written before its document (a crash), or new
     closing: bool = False  # a compactor's view: its log may be closed already
+    #: Files layout: its namespaces keep a `head` pointer (its document says so, so every
+    #: writer keeps it up and every reader may trust it).
+    head_pointer: bool = False
 
     @property
     def run_id(self) -> str:
@@ -312,9 +344,12 @@ class FilesLayout:
         return Stored(rec["n"], rec["i"], rec.get("p"), rec, None, self.name)
 
     def head(self, th: Thread, ns: str) -> Stored | None:
+        key = ns_key(ns)
+        pointed = self._pointed_head(th, key, ns) if th.head_pointer else None
+        if pointed is not None:
+            return pointed
         # One listing, and only the names' ids looked at: an Entry and a cache slot per
         # checkpoint made a cold head of a 1,000-checkpoint thread ~40x SqliteSaver's.
-        key = ns_key(ns)
         ranked = []
         for name in self.world.list_dir(self._dir(th, key, "c")):
             cid = id_from_name(name.partition(".")[0])
@@ -328,6 +363,59 @@ class FilesLayout:
                     self._names.put((th.owner, key, cid), name)
                 return found
         return None
+
+    def _pointer_path(self, th: Thread, key: str) -> str:
+        return f"{self._dir(th, key, 'c')}/{HEAD_POINTER}"
+
+    def _pointed_head(self, th: Thread, key: str, ns: str) -> Stored | None:
+        """The checkpoint the pointer names, when it is there; None: find it by listing."""
+        try:
+            doc = self.world.read_document(self._pointer_path(th, key))
+        except DocumentCorruptError:
+            return None  # torn by a power cut: the next put writes it again
+        if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
+            return None
+        name = doc["name"]
+        cid = id_from_name(name.partition(".")[0])
+        if cid is None or cid != doc.get("id") or "/" in name:
+            return None
+        found = self.load(th, Entry(key, ns, cid, None, name, self.name))
+        if found is None or found.id != cid:
+            return None  # a put cut short before its record, or the checkpoint deleted
+        with self._lock:
+            self._names.put((th.owner, key, cid), name)
+        return found
+
+    def _newest_listed(self, th: Thread, key: str) -> str | None:
+        names = self.world.list_dir(self._dir(th, key, "c"))
+        ids = [i for i in (id_from_name(n.partition(".")[0]) for n in names) if i is not None]
+        return max(ids) if ids else None
+
+    def _advance_pointer(self, th: Thread, key: str, checkpoint_id: str, name: str) -> None:
+        """Point at this checkpoint unless the pointer names a newer one (compare-and-swap:
+        a racing writer of an older id never moves it back). Where there is no pointer (a
+        new namespace, a thread written before pointers, one removed as torn), it starts
+        from the newest listed, so it never points below a checkpoint already there."""
+        path = self._pointer_path(th, key)
+
+        def forward(doc: Any) -> Any:
+            if isinstance(doc, dict) and isinstance(doc.get("id"), str):
+                return doc if doc["id"] > checkpoint_id else {"id": checkpoint_id, "name": name}
+            newest = self._newest_listed(th, key)
+            if newest is not None and newest > checkpoint_id:
+                with self._lock:
+                    known = self._names.peek((th.owner, key, newest))
+                listed = known or next(n for n in self.world.list_dir(self._dir(th, key, "c"))
+                                       if id_from_name(n.partition(".")[0]) == newest)
+                return {"id": newest, "name": listed}
+            return {"id": checkpoint_id, "name": name}
+
+        try:
+            self.world.update_document(path, forward, durable=False)
+        except DocumentCorruptError:
+            # Torn by a power cut: no CAS can start from bytes that are not a document.
+            self.world.remove_file(path, durable=False)
+            self.world.update_document(path, forward, durable=False)
 
     def get(self, th: Thread, ns: str, checkpoint_id: str) -> Stored | None:
         key = ns_key(ns)
@@ -372,6 +460,10 @@ class FilesLayout:
         with self._lock:
             before = self._names.peek(known)
         folder = self._dir(th, key, "c")
+        # Before the record and in its folder: the record's durable write makes the
+        # pointer's move durable too, so no surviving record is newer than the pointer.
+        if th.head_pointer:
+            self._advance_pointer(th, key, checkpoint_id, name)
         self.world.write_file(f"{folder}/{name}", pack(record))
         if before is not None and before != name:
             self.world.remove_file(f"{folder}/{before}")  # the same id put again, retagged
@@ -444,6 +536,8 @@ class FilesLayout:
             live = {i for i in (id_from_name(n.partition(".")[0]) for n in names) if i}
             needed: set[str] = set()
             for name in names:
+                if id_from_name(name.partition(".")[0]) is None:
+                    continue  # the head pointer
                 data = self.world.read_file(f"{c}/{name}")
                 if data is not None:
                     needed.update(record_blob_names(unpack(data, th.thread_id, name)))
@@ -567,9 +661,11 @@ class EventsLayout:
     def _rows(self, rec: dict[str, Any]) -> list[WriteRow]:
         return [(rec["path"], rec["task"], w[0], w[1], w[2], w[3]) for w in rec["w"]]
 
-    def _fold(self, log: ThreadLog, seq: int, type_: str, payload: Any) -> None:
+    def _fold(self, log: ThreadLog, seq: int, type_: str, payload: Any,
+              rec: dict[str, Any] | None = None) -> None:
+        """Fold one event in; `rec`: its record when the caller has it (its own append)."""
         if type_ == CHECKPOINT_EVENT:
-            rec = self._payload_record(log, payload)
+            rec = rec if rec is not None else self._payload_record(log, payload)
             key = (rec["n"], rec["i"])
             tags = rec.get("g")
             log.checkpoints[key] = CheckpointAt(seq, rec.get("p"),
@@ -577,7 +673,7 @@ class EventsLayout:
                                                 list(rec.get("e") or ()))
             log.records.put(seq, rec)
         elif type_ == WRITES_EVENT:
-            rec = self._payload_record(log, payload)
+            rec = rec if rec is not None else self._payload_record(log, payload)
             log.writes.setdefault((rec["n"], rec["k"]), {})[seq] = self._rows(rec)
         elif type_ == DELETED_EVENT:
             for ns, cid in payload["ids"]:
@@ -703,10 +799,10 @@ class EventsLayout:
         self._append(th, THREAD_EVENT, {"threadId": th.thread_id, "generation": th.generation},
                      key=THREAD_EVENT, durable=False)
 
-    def _fold_own(self, th: Thread, event: Any) -> None:
+    def _fold_own(self, th: Thread, event: Any, rec: dict[str, Any]) -> None:
         log = self._log(th)
         with log.lock:
-            self._fold(log, event.sequence, event.type, event.payload)
+            self._fold(log, event.sequence, event.type, event.payload, rec)
             if log.known_from is not None and event.sequence == log.upto + 1:
                 log.upto = event.sequence
 
@@ -718,7 +814,7 @@ class EventsLayout:
         kept = {name: self._outlined(th, name, data) for name, data in blobs.items()}
         rec = dict(record, b=kept, e=early) if early else dict(record, b=kept)
         event = self._append(th, CHECKPOINT_EVENT, {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))})
-        self._fold_own(th, event)
+        self._fold_own(th, event, rec)
         key = (th.run_id, ns_key(ns))
         with self._lock:
             last = self._hinted.peek(key) or 0
@@ -741,12 +837,13 @@ class EventsLayout:
                           (special, None)):
             if not rows:
                 continue
-            payload = {"ns": ns, "id": checkpoint_id, "rec": _b64(pack({**head, "w": rows}))}
+            rec = {**head, "w": rows}
+            payload = {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))}
             try:
                 event = self._append(th, WRITES_EVENT, payload, key=key)
             except IdempotencyConflictError:
                 continue  # the same task's writes were kept before: the first stay
-            self._fold_own(th, event)
+            self._fold_own(th, event, rec)
             log = self._log(th)
             with log.lock:
                 if (ns, checkpoint_id) not in log.checkpoints:
@@ -881,6 +978,16 @@ class LegacyLayout:
 
 # --- threads: their documents, and which layout holds each ------------------------------------
 
+def on_local_disk(world: WorldLike) -> bool:
+    """True when the World's files are on a local disk: there a listing of a thread's
+    checkpoints costs far more than reading one file, so new threads keep a head pointer
+    (an object store lists a thousand names in one request, and a pointer would cost two
+    more per checkpoint; in memory, reads are cheap and a pointer is pure cost)."""
+    protocol = getattr(getattr(world, "files", None), "protocol", ())
+    names = {protocol} if isinstance(protocol, str) else set(protocol)
+    return bool(names & {"file", "local"})
+
+
 class Threads:
     """Finds, creates, lists and compacts threads; the layouts do the storing."""
 
@@ -892,6 +999,7 @@ class Threads:
         self._lock = threading.Lock()
         self._known: LRU = LRU(1024)
         self._prepared = False
+        self.head_pointers = on_local_disk(world)
 
     def doc_path(self, owner: str) -> str:
         return f"{THREADS_DIR}/{owner}.json"
@@ -906,7 +1014,7 @@ class Threads:
         if layout is None:  # written by the first layout
             return Thread(thread_id, owner, self.preferred, 0, legacy=True)
         return Thread(thread_id, owner, str(layout), int(doc.get("generation") or 0),
-                      legacy=bool(doc.get("legacy")))
+                      legacy=bool(doc.get("legacy")), head_pointer=doc.get("headPointer") is True)
 
     def find(self, thread_id: str, *, fresh: bool = False) -> Thread | None:
         """The thread as stored, or None. `fresh`: read its document again (a reader that
@@ -938,7 +1046,8 @@ class Threads:
         th = self.find(thread_id)
         if th is None:
             th = Thread(thread_id, thread_owner_run_id(thread_id), self.preferred, 0,
-                        documented=False)
+                        documented=False,
+                        head_pointer=self.preferred == "files" and self.head_pointers)
             with self._lock:
                 self._known.put(th.owner, th)
         return th
@@ -962,9 +1071,11 @@ class Threads:
 
     def document(self, th: Thread) -> None:
         """Write the thread's document (durable), and the owner run's first event."""
-        self.world.write_document(self.doc_path(th.owner), {
-            "threadId": th.thread_id, "layout": th.layout, "generation": th.generation,
-            "legacy": th.legacy})
+        doc = {"threadId": th.thread_id, "layout": th.layout, "generation": th.generation,
+               "legacy": th.legacy}
+        if th.head_pointer:
+            doc["headPointer"] = True
+        self.world.write_document(self.doc_path(th.owner), doc)
         if th.layout == "files":
             # The owner run's one event names the thread in its log, so `little runs` lists
             # it (idempotent: the same key and payload from any process is the same event).

@@ -16,7 +16,8 @@ One pass (`QueuePicker.admit`) takes each queue's runs that this worker can exec
    window together (`starts.json`, one compare-and-swap for the batch, capped first by
    the room one read of it shows): those it has no room for are given back, and nothing
    later of this queue starts until the window frees. A resume is not a start: it needs
-   places, not the window;
+   places, not the window. With no rate limit every start is taken, and the count of
+   `little queues`' rate is written a second's worth at a time (`STATS_SECONDS`);
 6. handed to the pool with all of it held: the run executes under its lock and places
    (fenced: an executor whose lease of a place lapsed stops at its next record), given
    back when it ends or waits.
@@ -44,6 +45,10 @@ log = logging.getLogger("little_workflow.worker")
 
 #: How often a worker tries again for a place another process holds (seconds).
 SLOT_RETRY_SECONDS = 0.25
+#: Starts on a queue with no rate limit are written to its `starts.json` (`little queues`'
+#: rate, a figure, not a limit) at most this often by a worker, and when it goes idle or
+#: stops: one write per second instead of one per pass.
+STATS_SECONDS = 1.0
 
 
 @dataclasses.dataclass
@@ -133,6 +138,8 @@ class QueuePicker:
         self._slot_wait = False
         self._next_slot: dict[str, int] = {}  # queue -> where the next try starts
         self._missing: set[str] = set()  # queues reported missing
+        self._unwritten: dict[str, int] = {}  # queue with no rate limit -> starts not yet in starts.json
+        self._written_at: dict[str, float] = {}  # queue -> when its starts were last written
 
     # ---- what there is --------------------------------------------------------------
 
@@ -288,7 +295,13 @@ class QueuePicker:
             return []
         counted = sum(h.counted for h in held)
         try:
-            at, room, frees_at = record_starts(self.world, queue, now, counted)
+            if queue.get("rateLimit") is None:
+                # No window to take places in: every start is admitted; only the figure
+                # of `little queues` is written, a second's worth at a time.
+                at, room, frees_at = now, counted, None
+                self._note_starts(queue, now, counted)
+            else:
+                at, room, frees_at = record_starts(self.world, queue, now, counted)
         except LittleWorkflowError as e:
             for h in held:
                 self.backoff.failed(h.cand.run_id, e, -1)
@@ -307,6 +320,39 @@ class QueuePicker:
             admitted.append(h.admit(at if h.counted else now))
             done.add(h.cand.run_id)
         return admitted
+
+    def _note_starts(self, queue: dict[str, Any], now: float, count: int) -> None:
+        name = queue["name"]
+        if count:
+            self._unwritten[name] = self._unwritten.get(name, 0) + count
+        if now - self._written_at.get(name, float("-inf")) >= STATS_SECONDS:
+            self._write_starts(name, now)
+
+    def _write_starts(self, name: str, now: float) -> None:
+        count = self._unwritten.pop(name, 0)
+        self._written_at[name] = now
+        if not count:
+            return
+        try:
+            record_starts(self.world, {"name": name}, now, count)
+        except LittleWorkflowError as e:  # a figure: kept, and written with the next ones
+            self._unwritten[name] = self._unwritten.get(name, 0) + count
+            log.info("could not write the starts of queue %r: %s", name, e)
+
+    def write_starts(self) -> None:
+        """Write the starts not yet in the queues' `starts.json` (when the worker goes
+        idle or stops, and at each sweep once STATS_SECONDS have passed)."""
+        if not self._unwritten:
+            return
+        now = self.world.clock.now()
+        for name in list(self._unwritten):
+            self._write_starts(name, now)
+
+    def write_starts_due(self) -> None:
+        now = self.world.clock.now()
+        for name in list(self._unwritten):
+            if now - self._written_at.get(name, float("-inf")) >= STATS_SECONDS:
+                self._write_starts(name, now)
 
     def _take_place(self, queue: str, limit: int | None, naming: Any, *extra: Any) -> Any:
         """A free place among `limit` (a `Slot`), True where there is no limit, or False."""

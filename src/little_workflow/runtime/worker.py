@@ -345,6 +345,7 @@ class Worker:
             started += 1
         with self._admit_lock:
             self._queues.offer(queued)
+            self._queues.write_starts_due()
         return started
 
     def _admit_queued(self, *, defer: bool = False) -> int | None:
@@ -430,6 +431,7 @@ class Worker:
                 started = self._paced_sweep(skip_locked=True)
                 waiting = self._queues.pending()  # a queued run waits for a place or the window
                 if not started and not self._in_flight and not waiting:
+                    self._write_starts()
                     return
                 # A thread idles (see _done), something was appended, or a queue's place
                 # or window may have freed.
@@ -464,6 +466,7 @@ class Worker:
             unlisten(self.world, None, self)
             restore()
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self._write_starts()
             self._close_loops()
 
     def _wait_between_sweeps(self) -> None:
@@ -526,6 +529,10 @@ class Worker:
                 continue
         return False
 
+    def _write_starts(self) -> None:
+        with self._admit_lock:
+            self._queues.write_starts()
+
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -533,6 +540,7 @@ class Worker:
     def close(self) -> None:
         self.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._write_starts()
         self._close_loops()
 
     def _close_loops(self) -> None:

@@ -50,6 +50,10 @@ class WorldFiles:
         if not isinstance(relative_path, str):
             raise WorldPathError(f"invalid path {relative_path!r}: a string relative to the data dir")
         rel = relative_path.strip("/")
+        if rel and rel[0] != "." and "/." not in rel and "//" not in rel:
+            # No segment is empty or starts with a dot (so none is '.', '..' or a temp
+            # name): the common case, checked without splitting the path.
+            return f"{self.data_dir.rstrip('/')}/{rel}"
         parts = rel.split("/") if rel else []
         if any(p in ("", ".", "..") or is_temp_name(p) for p in parts):
             raise WorldPathError(f"invalid path {relative_path!r}: no empty, '.', '..' or temp segments")
