@@ -1154,7 +1154,10 @@ class Threads:
     def _undocumented(self, thread_id: str, owner: str) -> Thread | None:
         """A thread whose first put was cut short before its document was written."""
         for name in ("events", "files"):
-            th = Thread(thread_id, owner, name, 0, documented=False)
+            # Pointers as for a new thread: the writer that began it may document it with
+            # headPointer after this process's puts, which must then have moved it too.
+            th = Thread(thread_id, owner, name, 0, documented=False,
+                        head_pointer=name == "files" and self.head_pointers)
             if self.layouts[name].exists(th):
                 return th
         th = Thread(thread_id, owner, self.preferred, 0, legacy=True, documented=False)

@@ -48,7 +48,8 @@ class PendingEvent:
     commit (see `World.submit_event`)."""
 
     __slots__ = ("logs", "ledger", "run_id", "type", "frozen", "refs", "payload_json",
-                 "type_json", "digest", "idempotency_key", "durable", "event", "ticket")
+                 "type_json", "digest", "idempotency_key", "durable", "event", "ticket",
+                 "receipt")
 
     def __init__(self, logs: RunLogs, ledger: RunLedger, run_id: str, type_: str, frozen: Any,
                  refs: set[str], payload_json: str, type_json: str, digest: str,
@@ -58,6 +59,7 @@ class PendingEvent:
         self.digest, self.idempotency_key, self.durable = digest, idempotency_key, durable
         self.event: Event | None = None
         self.ticket: PendingAppend | None = None
+        self.receipt = False  # the event is one appended before under the same key
 
     @property
     def done(self) -> bool:
@@ -133,7 +135,11 @@ class RunLogs:
                 if idempotency_key is not None:
                     # A receipt is only ever seen once its event is committed.
                     pending.result()
-                return pending
+            if durable and pending.receipt:
+                # Committed, but maybe by a durable=False append not yet synced: this
+                # caller was promised a durable event.
+                self.events.sync()
+            return pending
 
     def _allocate(self, p: PendingEvent) -> None:
         """Under the run's lock: receipt lookup → artifact-reference validation →
@@ -149,7 +155,7 @@ class RunLogs:
         if p.idempotency_key is not None:
             found = self._receipt(run_id, ledger, p.idempotency_key, p.digest)
             if found is not None:
-                p.event, p.ticket = found, None
+                p.event, p.ticket, p.receipt = found, None, True
                 return
         # 2. artifact-reference validation
         for ref in p.refs:
