@@ -74,6 +74,7 @@ from .langgraph_store import (
     filter_tags,
     id_name,
     metadata_tags,
+    ns_key,
     tag,
     thread_owner_run_id,
 )
@@ -522,6 +523,10 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         th = self._threads.for_write(thread_id)
         body: dict[str, Any] = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = get_checkpoint_metadata(config, metadata)
+        if th.layout == "events" and md.get("counters_since_delta_snapshot"):
+            # DeltaChannels: LangGraph waits for this namespace's writes before putting
+            # its next checkpoint, so they cannot wait for that checkpoint's sync.
+            self._threads.layouts["events"].writes_awaited.put((th.run_id, ns_key(ns)), True)
         channels, blobs, lists = self._encode(th, ns, checkpoint_id, checkpoint, new_versions,
                                               self._parent_channels(th, ns, parent))
         with self._lock:
@@ -577,12 +582,20 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             kind, data = self.serde.dumps_typed(value)
             (regular if idx >= 0 else special).append([idx, channel, kind, data])
 
-        def write(t: Thread) -> None:
-            if t.layout == "events" and not t.documented:
-                self._threads.layout(t).start(t)
-            self._threads.layout(t).add_writes(t, ns, checkpoint_id, task_id, task_path, regular, special)
+        def write(t: Thread) -> tuple[Any, Any]:
+            layout = self._threads.layout(t)
+            if t.layout == "events":
+                if not t.documented:
+                    layout.start(t)
+                # One fsync a super-step: the writes ride the checkpoint that follows them.
+                return layout, layout.add_writes(t, ns, checkpoint_id, task_id, task_path,
+                                                 regular, special, ride=True)
+            layout.add_writes(t, ns, checkpoint_id, task_id, task_path, regular, special)
+            return layout, None
 
-        self._retrying(th, write)
+        layout, ticket = self._retrying(th, write)
+        if ticket is not None:
+            layout.await_durable(ticket)
         node = _node_of(task_path)
         if node is not None:
             with self._lock:

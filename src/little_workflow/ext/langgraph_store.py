@@ -16,17 +16,21 @@ runs/<owner>/<nsKey>.b/<id>.<k>              a value or list segment first kept 
 `<tags>` are crc32s of the checkpoint's metadata items, so `list(filter=…)` and
 `delete_for_runs` find candidates in a folder listing without reading every checkpoint.
 `head` (threads whose document says `headPointer`: those begun on a local disk) lets a
-cold `get_tuple` read the newest checkpoint without listing them all. It is moved forward (compare-and-swap, never to an older id) before each record is written, in
-the record's own folder and unsynced: the record's durable write syncs that folder, so a
-record that survives a crash or a power cut has its pointer move survive too. A pointer
-that names a record which is not there (a put cut short, a checkpoint deleted) or cannot
-be read (torn by a power cut) is passed over for a listing.
+cold `get_tuple` read the newest checkpoint without listing them all. It is moved forward
+(compare-and-swap, never to an older id) before each record is written, in the record's
+own folder and unsynced: the record's durable write syncs that folder, so a record that
+survives a crash or a power cut has its pointer move survive too. A pointer that names a
+record which is not there (a put cut short, a checkpoint deleted) or cannot be read (torn
+by a power cut) is passed over for a listing.
 
 **events** (`local_world`, where an append is one SQLite commit and a new file three
 fsyncs): the thread's records are events of its run — `langgraph.checkpoint` (values
 inline), `langgraph.writes`, `langgraph.deleted` — and `runs/<run>/lg-head/<nsKey>.json`
 is a hint (not synced: a cache) naming the newest checkpoint's sequence, so the head is
-read cold without reading the log. Removing checkpoints for good (prune) rewrites the
+read cold without reading the log. A task's writes are appended unsynced and acknowledged
+once a later synced append — the next checkpoint's, in the same WAL — has made them durable
+(or after `RIDE_SECONDS`, by syncing the log): one fsync a super-step, not two. Removing
+checkpoints for good (prune) rewrites the
 kept ones into the thread's next generation, run `<owner>_<generation>`, then closes the
 old log with `run.completed` — an append there afterwards is refused, which is how a
 writer that did not see the switch learns of it — and deletes it.
@@ -85,6 +89,12 @@ HINT_EVERY = 8
 #: The files layout's pointer to a namespace's newest checkpoint, in its checkpoints'
 #: folder (no checkpoint's file name: those start with an id, `head` is none).
 HEAD_POINTER = "head"
+#: The longest a task's writes, appended unsynced on the events layout, wait for a later
+#: synced append (the next checkpoint's, a millisecond or so later) to make them durable
+#: before syncing by themselves. LangGraph waits for writes only at the run's end and for
+#: error handlers (DeltaChannels' are synced at once), so a longer wait costs little and
+#: keeps riding under load; read at each wait.
+RIDE_SECONDS = 0.1
 #: How long a writer waits for another process's compaction of a thread to finish.
 COMPACTION_WAIT_SECONDS = 60.0
 
@@ -599,12 +609,72 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+class Coverage:
+    """Which unsynced appends a synced one has made durable. In one SQLite WAL a synced
+    commit makes every commit before it durable, so an unsynced append counted here (once
+    it returned) is covered by any synced append that began after it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._appended = 0  # unsynced appends that returned
+        self._covered = 0  # how many of those are durable
+        self._syncing = 0  # synced appends under way
+        self._writing = 0  # unsynced appends about to be made
+
+    def writes_begin(self) -> None:
+        with self._cond:
+            self._writing += 1
+
+    def writes_done(self, appended: bool) -> tuple[int, bool] | None:
+        """After `writes_begin`: the unsynced append made (or not). Its ticket: its number,
+        and whether a synced append was under way then (it began first, so it does not
+        cover this one)."""
+        with self._cond:
+            self._writing -= 1
+            self._cond.notify_all()
+            if not appended:
+                return None
+            self._appended += 1
+            return self._appended, self._syncing > 0
+
+    def begin_synced(self, *, after_writes: bool = False) -> int:
+        """`after_writes` (a checkpoint): first let writes already begun land, briefly, so
+        this commit comes after them in the WAL and covers them."""
+        with self._cond:
+            if after_writes:
+                self._cond.wait_for(lambda: self._writing == 0, RIDE_SECONDS)
+            self._syncing += 1
+            return self._appended
+
+    def end_synced(self, upto: int, ok: bool) -> None:
+        with self._cond:
+            self._syncing -= 1
+            if ok and upto > self._covered:
+                self._covered = upto
+            self._cond.notify_all()
+
+    def wait(self, n: int, raced: bool, seconds: float) -> bool:
+        """True once append `n` is covered. `raced`: a synced append that began before it
+        was under way — when every such one has ended and none covered it, the next
+        checkpoint may be the run's last put already made: False at once."""
+        with self._cond:
+            if raced:
+                self._cond.wait_for(lambda: self._covered >= n or self._syncing == 0, seconds)
+                return self._covered >= n
+            return self._cond.wait_for(lambda: self._covered >= n, seconds)
+
+
 class EventsLayout:
     name = "events"
 
     def __init__(self, world: WorldLike):
         self.world = world
         self._lock = threading.Lock()
+        self.coverage = Coverage()
+        # (run id, nsKey) of namespaces whose graph waits for its writes before its next
+        # checkpoint (DeltaChannels: LangGraph stores their writes first): those writes
+        # are synced at once, there is no checkpoint for them to ride.
+        self.writes_awaited: LRU = LRU(4096)
         self._logs: LRU = LRU(256)
         # (run id, nsKey) -> the sequence this process last wrote a hint for.
         self._hinted: LRU = LRU(4096)
@@ -787,12 +857,35 @@ class EventsLayout:
     # ---- writing ----
 
     def _append(self, th: Thread, type_: str, payload: Any, *, key: str | None = None,
-                durable: bool = True) -> Any:
+                durable: bool = True, after_writes: bool = False) -> Any:
+        if not durable:
+            try:
+                return self.world.append_event(th.run_id, type_, payload, idempotency_key=key,
+                                               durable=False)
+            except RunFinishedError:
+                raise Regenerated() from None
+        upto, ok = self.coverage.begin_synced(after_writes=after_writes), False
         try:
-            return self.world.append_event(th.run_id, type_, payload, idempotency_key=key,
-                                           durable=durable)
+            event = self.world.append_event(th.run_id, type_, payload, idempotency_key=key,
+                                            durable=True)
+            ok = True
         except RunFinishedError:
             raise Regenerated() from None
+        finally:
+            self.coverage.end_synced(upto, ok)
+        return event
+
+    def await_durable(self, ticket: tuple[int, bool]) -> None:
+        """Return once an unsynced append (`ticket` from `add_writes`) is durable: made so
+        by a later synced append (the next checkpoint), else by syncing the log."""
+        # RIDE_SECONDS read now: the module's value (tests set it).
+        if not self.coverage.wait(ticket[0], ticket[1], RIDE_SECONDS):
+            upto, ok = self.coverage.begin_synced(), False
+            try:
+                self.world.sync()
+                ok = True
+            finally:
+                self.coverage.end_synced(upto, ok)
 
     def start(self, th: Thread) -> None:
         """The log's first event names the thread (`little runs` lists it; idempotent)."""
@@ -813,7 +906,8 @@ class EventsLayout:
             early = log.early.pop((ns, checkpoint_id), [])
         kept = {name: self._outlined(th, name, data) for name, data in blobs.items()}
         rec = dict(record, b=kept, e=early) if early else dict(record, b=kept)
-        event = self._append(th, CHECKPOINT_EVENT, {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))})
+        event = self._append(th, CHECKPOINT_EVENT, {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))},
+                             after_writes=True)
         self._fold_own(th, event, rec)
         key = (th.run_id, ns_key(ns))
         with self._lock:
@@ -827,29 +921,53 @@ class EventsLayout:
         return event.sequence
 
     def add_writes(self, th: Thread, ns: str, checkpoint_id: str, task_id: str, task_path: str,
-                   regular: list[list[Any]], special: list[list[Any]]) -> None:
-        head = {"n": ns, "k": checkpoint_id, "task": task_id, "path": task_path}
-        regular = [[w[0], w[1], w[2], self._outlined(th, f"{checkpoint_id}.{task_id}.{w[0]}", w[3])]
-                   for w in regular]
-        special = [[w[0], w[1], w[2], self._outlined(th, f"{checkpoint_id}.{task_id}.{w[0]}", w[3])]
-                   for w in special]
-        for rows, key in ((regular, "w|" + json.dumps([ns, checkpoint_id, task_id, sorted(w[0] for w in regular)])),
-                          (special, None)):
-            if not rows:
-                continue
-            rec = {**head, "w": rows}
-            payload = {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))}
-            try:
-                event = self._append(th, WRITES_EVENT, payload, key=key)
-            except IdempotencyConflictError:
-                continue  # the same task's writes were kept before: the first stay
-            self._fold_own(th, event, rec)
-            log = self._log(th)
-            with log.lock:
-                if (ns, checkpoint_id) not in log.checkpoints:
-                    # durability="async": a task's writes may land before its checkpoint;
-                    # the checkpoint names them so a reader from its hint finds them.
-                    log.early.setdefault((ns, checkpoint_id), []).append(event.sequence)
+                   regular: list[list[Any]], special: list[list[Any]], *,
+                   ride: bool = False) -> tuple[int, bool] | None:
+        """Store a task's writes. `ride`: regular ones go in unsynced (a checkpoint put
+        meanwhile waits for them, briefly, so its synced commit comes after and covers
+        them), and the ticket to pass `await_durable` before acknowledging them is
+        returned (None: all synced)."""
+        riding = ride and bool(regular) and (th.run_id, ns_key(ns)) not in self.writes_awaited
+        if riding:
+            self.coverage.writes_begin()
+        pending = riding  # writes_done still owed
+        ticket: tuple[int, bool] | None = None
+        try:
+            head = {"n": ns, "k": checkpoint_id, "task": task_id, "path": task_path}
+            regular = [[w[0], w[1], w[2], self._outlined(th, f"{checkpoint_id}.{task_id}.{w[0]}", w[3])]
+                       for w in regular]
+            special = [[w[0], w[1], w[2], self._outlined(th, f"{checkpoint_id}.{task_id}.{w[0]}", w[3])]
+                       for w in special]
+            for rows, key in ((regular, "w|" + json.dumps([ns, checkpoint_id, task_id, sorted(w[0] for w in regular)])),
+                              (special, None)):
+                if not rows:
+                    continue
+                rec = {**head, "w": rows}
+                payload = {"ns": ns, "id": checkpoint_id, "rec": _b64(pack(rec))}
+                # Special writes (errors, interrupts, resumes) may be the last of a run:
+                # synced at once, which also makes the regular ones before them durable.
+                durable = not (riding and key is not None)
+                try:
+                    event = self._append(th, WRITES_EVENT, payload, key=key, durable=durable)
+                except IdempotencyConflictError:
+                    if pending:
+                        pending = False
+                        self.coverage.writes_done(False)
+                    continue  # the same task's writes were kept before: the first stay
+                if pending:
+                    pending = False
+                    ticket = self.coverage.writes_done(True)
+                self._fold_own(th, event, rec)
+                log = self._log(th)
+                with log.lock:
+                    if (ns, checkpoint_id) not in log.checkpoints:
+                        # durability="async": a task's writes may land before its checkpoint;
+                        # the checkpoint names them so a reader from its hint finds them.
+                        log.early.setdefault((ns, checkpoint_id), []).append(event.sequence)
+        finally:
+            if pending:
+                self.coverage.writes_done(False)
+        return ticket if not special else None
 
     def remove(self, th: Thread, doomed: list[Entry], reclaim: bool) -> None:
         """A tombstone: readers skip those checkpoints from now on. A log is append-only,
