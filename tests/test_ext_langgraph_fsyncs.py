@@ -127,3 +127,43 @@ def test_writes_are_acknowledged_only_after_a_wal_fsync_covers_them(tmp_path: An
     # The writes rode the checkpoints' fsyncs: one a checkpoint (n + 1) and the last
     # writes' own, not two a checkpoint.
     assert seen["syncs"] <= n + 4, seen
+
+
+def test_a_caller_that_makes_the_puts_itself_is_not_kept_waiting_by_its_put_writes(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """The saver used directly (put, put_writes, put, ... from one thread): no checkpoint
+    can come while its put_writes waits, so the writes are synced at once instead of
+    riding — riding made each such call wait RIDE_SECONDS (0.1 s: 1,000 direct calls took
+    100 s). With RIDE_SECONDS at 10 minutes, riding shows as a call that does not return."""
+    import threading
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    import little_workflow as lw
+    import little_workflow.ext.langgraph_store as store
+    from little_workflow.ext.langgraph import WorldCheckpointSaver
+
+    monkeypatch.setattr(store, "RIDE_SECONDS", 600.0)
+    world = lw.local_world(str(tmp_path / "d"))
+    saver = WorldCheckpointSaver(world)
+    config: Any = {"configurable": {"thread_id": "direct", "checkpoint_ns": ""}}
+    failures: list[BaseException] = []
+
+    def direct_use() -> None:
+        nonlocal config
+        try:
+            for i in range(3):
+                cp = empty_checkpoint()
+                config = saver.put(config, cp, {"step": i}, {})
+                saver.put_writes(config, [("n", i)], f"task-{i}")
+        except BaseException as e:  # reported below, in the test's thread
+            failures.append(e)
+
+    worker = threading.Thread(target=direct_use, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "a put_writes waited for a checkpoint its own caller makes"
+    assert not failures, failures
+    tup = saver.get_tuple(config)
+    assert tup is not None and [(c, v) for _, c, v in tup.pending_writes] == [("n", 2)]
+    world.close()

@@ -521,6 +521,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         checkpoint_id = checkpoint["id"]
         parent = conf.get("checkpoint_id")
         th = self._threads.for_write(thread_id)
+        th.last_put_by = threading.get_ident()
         body: dict[str, Any] = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = get_checkpoint_metadata(config, metadata)
         if th.layout == "events" and md.get("counters_since_delta_snapshot"):
@@ -587,9 +588,14 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             if t.layout == "events":
                 if not t.documented:
                     layout.start(t)
-                # One fsync a super-step: the writes ride the checkpoint that follows them.
+                # One fsync a super-step: the writes ride the checkpoint that follows them
+                # — when another OS thread makes the puts (LangGraph's loop, while its
+                # executor stores a task's writes). A caller that makes the puts itself
+                # (the saver used directly) cannot be making the next one meanwhile:
+                # waiting for it would only add RIDE_SECONDS to every call.
+                ride = t.last_put_by not in (0, threading.get_ident())
                 return layout, layout.add_writes(t, ns, checkpoint_id, task_id, task_path,
-                                                 regular, special, ride=True)
+                                                 regular, special, ride=ride)
             layout.add_writes(t, ns, checkpoint_id, task_id, task_path, regular, special)
             return layout, None
 
