@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from checkout import SRC
 from external_tools import require_tool
-from test_group_commit_durability import LINE_RE, check_acks_follow_fsyncs
+from test_group_commit_durability import check_acks_follow_fsyncs, traced_calls
 
 pytest.importorskip("langgraph")
 
@@ -116,13 +116,7 @@ def test_writes_are_acknowledged_only_after_a_wal_fsync_covers_them(tmp_path: An
                         sys.executable, str(script), data_dir, str(n)],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=SRC), timeout=600)
     assert r.returncode == 0 and r.stdout.endswith("DONE\n"), r.stderr[-3000:]
-    calls = []
-    for line in trace.read_text().splitlines():
-        m = LINE_RE.match(line)
-        if m:
-            name, fd, path, rest = m.groups()
-            calls.append((name, fd if fd == "1" else path, rest))
-    seen = check_acks_follow_fsyncs(calls, os.path.join(data_dir, "events", "events.db-wal"))
+    seen = check_acks_follow_fsyncs(traced_calls(trace), os.path.join(data_dir, "events", "events.db-wal"))
     assert seen["acks"] == n + 1
     # The writes rode the checkpoints' fsyncs: one a checkpoint (n + 1) and the last
     # writes' own, not two a checkpoint.

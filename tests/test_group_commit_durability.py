@@ -65,13 +65,18 @@ def traced(tmp_path, mode: str) -> tuple[list[tuple[str, str, str]], str]:
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=SRC), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.endswith("DONE\n")
+    return traced_calls(trace), os.path.join(data_dir, "events", "events.db-wal")
+
+
+def traced_calls(trace) -> list[tuple[str, str, str]]:
+    """(syscall, file — or "1" for stdout —, the rest of the line) of each traced write/sync."""
     calls = []
     for line in trace.read_text().splitlines():
         m = LINE_RE.match(line)
         if m:
             name, fd, path, rest = m.groups()
             calls.append((name, fd if fd == "1" else path, rest))
-    return calls, os.path.join(data_dir, "events", "events.db-wal")
+    return calls
 
 
 def check_acks_follow_fsyncs(calls: list[tuple[str, str, str]], wal: str) -> dict[str, int]:
