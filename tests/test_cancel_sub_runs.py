@@ -101,3 +101,42 @@ def test_cancel_run_of_a_waiting_parent_cancels_its_waiting_sub_run():
     assert not runner.is_alive()
     assert status(world, "run_q").status == "cancelled"
     assert status(world, sub_run_id(world, "run_q")).status == "cancelled"
+
+
+def test_a_sub_run_created_after_its_parent_was_cancelled_runs_no_step(monkeypatch):
+    """The chaos test's find: a parent's executor reserved a sub-run id, was stopped, lost
+    its lease, and its canceller found no sub-run to ask (none existed yet) and ended the
+    parent. The executor then woke and created the sub-run — which must read its parent's
+    log after its own `run.created` and end cancelled before its first step."""
+    from little_workflow.runtime import runner as runner_module
+
+    world = lw.virtual_world(private_memory(), "/wf")
+    calls: list[str] = []
+
+    def work() -> int:
+        calls.append("work")
+        return 1
+
+    @lw.workflow(id="late-child")
+    async def late_child(ctx, input):
+        return await ctx.step("work", work)
+
+    async def orchestrate(ctx, input):
+        return await ctx.call_workflow("late-child", {})
+
+    real = runner_module.arun_single
+
+    async def woken_late(wf, input, **kw):
+        # What the canceller wrote while this executor was stopped.
+        world.append_event(kw["parent_run_id"], "run.cancel_requested", {"reason": "stop"})
+        world.append_event(kw["parent_run_id"], "run.cancelled", {"reason": "stop"})
+        return await real(wf, input, **kw)
+
+    monkeypatch.setattr(runner_module, "arun_single", woken_late)
+    with pytest.raises(lw.LittleWorkflowError):
+        lw.run_pipeline([late_child], None, orchestrator=orchestrate, world=world, run_id="run_z")
+    sub = sub_run_id(world, "run_z")
+    assert calls == []
+    sub_log = status(world, sub)
+    assert sub_log.status == "cancelled", [e.type for e in world.list_events(sub)]
+    assert "parent run run_z was cancelled: stop" == sub_log.cancel_requested["reason"]

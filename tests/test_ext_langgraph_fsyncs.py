@@ -104,6 +104,51 @@ def test_a_super_step_costs_one_wal_fsync_on_local_world(tmp_path: Any) -> None:
     assert per_step <= 1.2, per_step  # was 2.0: the checkpoint's and its writes' own
 
 
+def test_writes_ride_the_next_checkpoint_when_their_thread_stored_the_last_one(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """Riding went by the thread of the last put: under load LangGraph's executor often
+    hands a task's writes to the pool thread that just stored the checkpoint (a 70-step
+    graph on a loaded machine: 2-5 times), and those writes synced by themselves (1.42
+    WAL fsyncs a super-step in a CI run). Once two threads made the puts, no caller is
+    making every put: the writes wait for the next checkpoint's sync."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    import little_workflow as lw
+    import little_workflow.ext.langgraph_store as store
+    from little_workflow.ext.langgraph import WorldCheckpointSaver
+
+    monkeypatch.setattr(store, "RIDE_SECONDS", 600.0)
+    world = lw.local_world(str(tmp_path / "d"))
+    saver = WorldCheckpointSaver(world)
+    a, b = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def put(cfg: Any, i: int) -> Any:
+        return saver.put(cfg, empty_checkpoint(), {"source": "loop", "step": i, "parents": {}}, {})
+
+    config = a.submit(put, config, 0).result()
+    config = b.submit(put, config, 1).result()
+    returned = threading.Event()
+    writes = b.submit(lambda: (saver.put_writes(config, [("n", 1)], "task-1",
+                                                "~__pregel_pull, step"), returned.set()))
+    end = time.monotonic() + 60
+    while not (tup := saver.get_tuple(config)) or not tup.pending_writes:
+        assert time.monotonic() < end, "the writes were never appended"
+        time.sleep(0.01)
+    time.sleep(0.3)  # a put_writes that syncs by itself has returned by now
+    assert not returned.is_set(), "the writes synced by themselves instead of riding"
+    a.submit(put, config, 2).result()
+    writes.result(timeout=60)
+    assert returned.is_set()
+    a.shutdown()
+    b.shutdown()
+    world.close()
+
+
 def test_writes_are_acknowledged_only_after_a_wal_fsync_covers_them(tmp_path: Any) -> None:
     strace = require_tool("strace")
     script = tmp_path / "writer.py"
@@ -158,6 +203,40 @@ def test_a_caller_that_makes_the_puts_itself_is_not_kept_waiting_by_its_put_writ
     worker.join(60)
     assert not worker.is_alive(), "a put_writes waited for a checkpoint its own caller makes"
     assert not failures, failures
+    tup = saver.get_tuple(config)
+    assert tup is not None and [(c, v) for _, c, v in tup.pending_writes] == [("n", 2)]
+    world.close()
+
+
+def test_an_async_caller_that_makes_the_puts_itself_is_not_kept_waiting(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """The same, awaited: aput and aput_writes run on whatever pool thread is free, so the
+    caller is the asyncio task, not the thread (two tasks making puts: LangGraph's loop)."""
+    import asyncio
+    import time
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    import little_workflow as lw
+    import little_workflow.ext.langgraph_store as store
+    from little_workflow.ext.langgraph import WorldCheckpointSaver
+
+    monkeypatch.setattr(store, "RIDE_SECONDS", 600.0)
+    world = lw.local_world(str(tmp_path / "d"))
+    saver = WorldCheckpointSaver(world)
+
+    async def direct_use() -> Any:
+        config: Any = {"configurable": {"thread_id": "direct", "checkpoint_ns": ""}}
+        for i in range(3):
+            # Other awaits keep the default executor's threads busy, so the calls land
+            # on different threads.
+            busy = [asyncio.ensure_future(asyncio.to_thread(time.sleep, 0.05)) for _ in range(3)]
+            config = await saver.aput(config, empty_checkpoint(), {"step": i}, {})
+            await saver.aput_writes(config, [("n", i)], f"task-{i}")
+            await asyncio.gather(*busy)
+        return config
+
+    config = asyncio.run(asyncio.wait_for(direct_use(), 60))
     tup = saver.get_tuple(config)
     assert tup is not None and [(c, v) for _, c, v in tup.pending_writes] == [("n", 2)]
     world.close()

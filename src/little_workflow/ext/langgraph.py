@@ -37,7 +37,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -140,6 +140,21 @@ class FirstPut:
 #: The first checkpoint the graph run in this context waits for (see `get_next_version`).
 #: A context variable, not a thread-local: `ainvoke` looks its thread up on a worker
 #: thread but runs its steps on the event loop, and two runs on one loop are two tasks.
+#: Who made a thread's puts once two callers did (LangGraph's loop: its executor's
+#: threads, its tasks).
+MANY_PUTTERS: Final = object()
+
+#: The asyncio task awaiting `aput`/`aput_writes` (their work runs on some pool thread).
+_ASYNC_CALLER: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
+    "little_workflow_langgraph_async_caller", default=None)
+
+
+def caller() -> object:
+    """Who makes a saver call: the asyncio task awaiting it, else the OS thread."""
+    task = _ASYNC_CALLER.get()
+    return task if task is not None else threading.get_ident()
+
+
 _AWAITED_FIRST_PUT: contextvars.ContextVar[FirstPut | None] = contextvars.ContextVar(
     "little_workflow_langgraph_first_put", default=None)
 
@@ -188,6 +203,9 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         self._lists: LRU = LRU(256)
         self._list_bytes = 0
         self._nodes: LRU = LRU(1024)
+        # thread owner run id -> who made its puts in this process: one caller, or
+        # MANY_PUTTERS. Kept here, not on the Thread: a reader replaces that object.
+        self._putters: LRU = LRU(4096)
         # New threads' first checkpoints, by thread id, and in each graph's own Python
         # thread the one its run is waiting for (see `get_next_version`).
         self._first_puts: dict[str, FirstPut] = {}
@@ -521,7 +539,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         checkpoint_id = checkpoint["id"]
         parent = conf.get("checkpoint_id")
         th = self._threads.for_write(thread_id)
-        th.last_put_by = threading.get_ident()
+        me = caller()
+        with self._lock:
+            putter = self._putters.peek(th.owner)
+            if putter is None or (putter is not MANY_PUTTERS and putter != me):
+                self._putters.put(th.owner, me if putter is None else MANY_PUTTERS)
         body: dict[str, Any] = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = get_checkpoint_metadata(config, metadata)
         if th.layout == "events" and md.get("counters_since_delta_snapshot"):
@@ -589,11 +611,13 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                 if not t.documented:
                     layout.start(t)
                 # One fsync a super-step: the writes ride the checkpoint that follows them
-                # — when another OS thread makes the puts (LangGraph's loop, while its
-                # executor stores a task's writes). A caller that makes the puts itself
-                # (the saver used directly) cannot be making the next one meanwhile:
-                # waiting for it would only add RIDE_SECONDS to every call.
-                ride = t.last_put_by not in (0, threading.get_ident())
+                # — when someone else makes the puts (LangGraph's loop: its executor's
+                # threads or tasks, which may also be this one, stored a checkpoint before).
+                # A caller that makes every put itself (the saver used directly) cannot be
+                # making the next one meanwhile: waiting would add RIDE_SECONDS to each call.
+                with self._lock:
+                    putter = self._putters.peek(t.owner)
+                ride = putter is not None and putter != caller()
                 return layout, layout.add_writes(t, ns, checkpoint_id, task_id, task_path,
                                                  regular, special, ride=ride)
             layout.add_writes(t, ns, checkpoint_id, task_id, task_path, regular, special)
@@ -775,6 +799,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        _ASYNC_CALLER.set(asyncio.current_task())
         return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
@@ -784,6 +809,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        _ASYNC_CALLER.set(asyncio.current_task())
         await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:

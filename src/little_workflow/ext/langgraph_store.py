@@ -280,8 +280,6 @@ class Thread:
     #: Files layout: its namespaces keep a `head` pointer (its document says so, so every
     #: writer keeps it up and every reader may trust it).
     head_pointer: bool = False
-    #: The OS thread that made this thread's last put, in this process (0: none yet).
-    last_put_by: int = 0
 
     @property
     def run_id(self) -> str:

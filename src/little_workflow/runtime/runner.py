@@ -57,6 +57,7 @@ from .versions import refuse_other_versions
 from .waiting import (
     RunSuspended,
     RunWatch,
+    cancel_if_parent_cancelled,
     cancelled_on_entry,
     finish_if_cancelled,
     requested_reason,
@@ -257,6 +258,8 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
         await create_run(ctx, wf, input, input_hash, extra or None)
     if deadline_passed(ctx.log, world.clock.now()):  # then it is cancelled here
         await offload(world, request_cancel_if_past, ctx)
+    if (log.created or {}).get("parentRunId"):
+        await offload(world, cancel_if_parent_cancelled, ctx)
     await cancelled_on_entry(ctx)
     if resuming:
         await offload(world, refuse_other_versions, world, log, wf)

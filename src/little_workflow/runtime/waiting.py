@@ -275,6 +275,25 @@ def request_sub_run_cancels(world: WorldLike, log: Any, reason: str) -> None:
         notify_run(world, sub_id)
 
 
+def cancel_if_parent_cancelled(ctx: Any) -> None:
+    """A sub-run whose parent was asked to cancel asks for its own cancellation before it
+    runs a step. The parent's canceller asks every sub-run it finds; one created after
+    that look (by a parent executor that lost its lease while stopped, then woke and went
+    on) is caught here: it wrote `run.created` before reading its parent's log, so the
+    canceller's look or this one sees the other."""
+    parent = (ctx.log.created or {}).get("parentRunId")
+    if not isinstance(parent, str) or ctx.log.cancel_requested is not None \
+            or ctx.log.status in TERMINAL_STATUSES:
+        return
+    parent_log = RunLog.fold(parent, ctx.world.list_events(parent))
+    if parent_log.cancel_requested is None and parent_log.status != "cancelled":
+        return
+    why = requested_reason(parent_log)
+    ctx.world.append_event(ctx.run_id, "run.cancel_requested", {
+        "reason": f"parent run {parent} was cancelled" + (f": {why}" if why else "")})
+    ctx.fold_new_events()
+
+
 async def end_cancelled(ctx: Any) -> None:
     """Append `run.cancelled` — after asking the run's unfinished sub-runs to cancel, so
     that a process killed in between leaves a run whose next executor asks again, never
