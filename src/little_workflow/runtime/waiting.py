@@ -288,6 +288,8 @@ def cancel_if_parent_cancelled(ctx: Any) -> None:
     parent_log = RunLog.fold(parent, ctx.world.list_events(parent))
     if parent_log.cancel_requested is None and parent_log.status != "cancelled":
         return
+    if all(sub.get("subRunId") != ctx.run_id for sub in parent_log.sub_runs.values()):
+        return  # not a sub-run its parent reserved: a fork of one (it copies parentRunId)
     why = requested_reason(parent_log)
     ctx.world.append_event(ctx.run_id, "run.cancel_requested", {
         "reason": f"parent run {parent} was cancelled" + (f": {why}" if why else "")})
