@@ -165,12 +165,14 @@ def register_version(world: WorldLike, wf: Workflow[Any, Any]) -> None:
 async def arun_single(
     wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str | None, pipeline: Any = None,
     suspend: bool = False, parent_run_id: str | None = None, deadline: Deadline | None = None,
-    deadline_cap: float | None = None,
+    deadline_cap: float | None = None, parent_seen: int = 0,
 ) -> RunResult[Any]:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
     must wait (a sleep, an event) releases its lock and returns `status="waiting"`.
     A new run takes `deadline` (else the workflow's timeout), no later than
-    `deadline_cap` (epoch seconds: a parent run's deadline)."""
+    `deadline_cap` (epoch seconds: a parent run's deadline). `parent_seen`: the parent's
+    executor starts this sub-run, and its log through that sequence showed no
+    cancellation (0: read the parent's whole log)."""
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
@@ -182,7 +184,8 @@ async def arun_single(
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
         return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id,
-                                 (wf.timeout if seconds is None else seconds, deadline_cap))
+                                 (wf.timeout if seconds is None else seconds, deadline_cap),
+                                 parent_seen=parent_seen)
 
 
 async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str,
@@ -198,7 +201,7 @@ async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: WorldLike,
 async def _run_locked(
     world: WorldLike, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
     parent_run_id: str | None = None, deadline: tuple[float | None, float | None] = (None, None),
-    admission: Any = None,
+    admission: Any = None, *, parent_seen: int = 0,
 ) -> RunResult[Any]:
     if admission is None:
         log = RunLog.fold(run_id, await offload(world, world.list_events, run_id))
@@ -228,7 +231,7 @@ async def _run_locked(
     ctx.suspend = suspend
     try:
         return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id,
-                                                    deadline, admission))
+                                                    deadline, admission, parent_seen))
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says
@@ -246,7 +249,7 @@ async def _run_locked(
 async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                        parent_run_id: str | None,
                        deadline: tuple[float | None, float | None],
-                       admission: Any = None) -> RunResult[Any]:
+                       admission: Any = None, parent_seen: int = 0) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     resuming = log.created is not None
     if not resuming:
@@ -259,7 +262,7 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     if deadline_passed(ctx.log, world.clock.now()):  # then it is cancelled here
         await offload(world, request_cancel_if_past, ctx)
     if (log.created or {}).get("parentRunId"):
-        await offload(world, cancel_if_parent_cancelled, ctx)
+        await offload(world, cancel_if_parent_cancelled, ctx, parent_seen)
     await cancelled_on_entry(ctx)
     if resuming:
         await offload(world, refuse_other_versions, world, log, wf)
