@@ -84,6 +84,8 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
             result = await ctx.run_child(member, input, world=ctx.world,
                                          run_id=sub_run_id, pipeline=pipeline,
                                          parent_run_id=ctx.run_id,
+                                         parent_seen=0 if ctx.log.cancel_requested else
+                                         ctx.log.last_sequence,
                                          deadline_cap=deadline_of(ctx.log))
     except NOT_A_FAILURE:
         # The sub-run did not fail: another process executes it, this process lost it,

@@ -285,7 +285,8 @@ def cancel_if_parent_cancelled(ctx: Any) -> None:
     if not isinstance(parent, str) or ctx.log.cancel_requested is not None \
             or ctx.log.status in TERMINAL_STATUSES:
         return
-    parent_log = RunLog.fold(parent, ctx.world.list_events(parent))
+    # Called by its parent in this process: only what the parent had not read yet.
+    parent_log = RunLog.fold(parent, ctx.world.list_events(parent, after=ctx.parent_seen))
     if parent_log.cancel_requested is None and parent_log.status != "cancelled":
         return
     why = requested_reason(parent_log)
