@@ -170,9 +170,7 @@ async def arun_single(
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
     must wait (a sleep, an event) releases its lock and returns `status="waiting"`.
     A new run takes `deadline` (else the workflow's timeout), no later than
-    `deadline_cap` (epoch seconds: a parent run's deadline). `parent_seen`: the parent's
-    executor starts this sub-run, and its log through that sequence showed no
-    cancellation (0: read the parent's whole log)."""
+    `deadline_cap` (epoch seconds: a parent run's deadline)."""
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
@@ -229,9 +227,10 @@ async def _run_locked(
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
+    ctx.parent_seen = parent_seen
     try:
         return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id,
-                                                    deadline, admission, parent_seen))
+                                                    deadline, admission))
     except RunFinishedError:
         # Another writer ended the run after it was read (a holder that lost its lease
         # got its last events in first; a canceller that saw no holder): the log says
@@ -249,7 +248,7 @@ async def _run_locked(
 async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, input_hash: str,
                        parent_run_id: str | None,
                        deadline: tuple[float | None, float | None],
-                       admission: Any = None, parent_seen: int = 0) -> RunResult[Any]:
+                       admission: Any = None) -> RunResult[Any]:
     world, run_id, log = ctx.world, ctx.run_id, ctx.log
     resuming = log.created is not None
     if not resuming:
@@ -262,7 +261,7 @@ async def _execute_run(ctx: RunContext, wf: Workflow[Any, Any], input: Any, inpu
     if deadline_passed(ctx.log, world.clock.now()):  # then it is cancelled here
         await offload(world, request_cancel_if_past, ctx)
     if (log.created or {}).get("parentRunId"):
-        await offload(world, cancel_if_parent_cancelled, ctx, parent_seen)
+        await offload(world, cancel_if_parent_cancelled, ctx)
     await cancelled_on_entry(ctx)
     if resuming:
         await offload(world, refuse_other_versions, world, log, wf)
