@@ -142,6 +142,43 @@ def test_a_sub_run_created_after_its_parent_was_cancelled_runs_no_step(monkeypat
     assert "parent run run_z was cancelled: stop" == sub_log.cancel_requested["reason"]
 
 
+def test_a_fork_of_a_sub_run_whose_parent_was_cancelled_runs():
+    """A fork copies its source's `run.created`, `parentRunId` too, but no parent reserved
+    it: its source's parent being cancelled does not cancel it (the way to retry a
+    sub-run's steps with fixed code after its pipeline was stopped)."""
+    world = lw.virtual_world(private_memory(), "/wf")
+    calls: list[str] = []
+
+    def first() -> int:
+        calls.append("first")
+        return 1
+
+    @lw.workflow(id="steps-then-waits")
+    async def steps_then_waits(ctx, input):
+        await ctx.step("first", first)
+        return await ctx.wait_for_event("w", "go")
+
+    async def orchestrate(ctx, input):
+        return await ctx.call_workflow("steps-then-waits", {})
+
+    runner = threading.Thread(target=lambda: pytest.raises(
+        lw.RunCancelledError, lw.run_pipeline, [steps_then_waits], None,
+        orchestrator=orchestrate, world=world, run_id="run_f"))
+    runner.start()
+    wait_for(lambda: world.list_events("run_f") and status(world, "run_f").sub_runs
+             and status(world, sub_run_id(world, "run_f")).open_waits)
+    lw.cancel_run(world, "run_f", "operator stop")
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    sub = sub_run_id(world, "run_f")
+    assert status(world, sub).status == "cancelled"
+    fork = lw.fork_run(world, sub, from_step="first")
+    result = lw.run_workflow(steps_then_waits, {}, world=world, run_id=fork, suspend=True)
+    assert result.status == "waiting"
+    assert calls == ["first", "first"]
+    assert status(world, fork).cancel_requested is None
+
+
 def test_a_sub_run_called_in_process_reads_only_the_tail_of_its_parents_log(monkeypatch, tmp_path):
     """The look at the parent costs what the parent appended since it called, not its
     whole log: a pipeline of n sub-runs read n parent logs whole (O(n²): 300 sub-runs went
