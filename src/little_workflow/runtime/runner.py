@@ -376,11 +376,14 @@ async def areplay_run(world: WorldLike, run_id: str, wf: Workflow[Any, Out]) -> 
     input = stored_value(world, log.created.get("input"))
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      mode="replay", run_child=arun_single)
+    ctx.body_task = asyncio.current_task()  # its steps come in the log's order, as on resume
     try:
         with running(ctx):
             returned = await wf.fn(ctx, decode_input(wf, input, run_id))
             output, typed_output = encode_output(wf, returned, run_id)
             wf.validate_output(thaw(output))  # a run whose output broke its schema failed so
+        # As on resume: the log may hold records this code never asked for.
+        ctx.check_history("run.completed", {})
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):
