@@ -908,17 +908,20 @@ class EventsLayout:
             self.coverage.end_synced(upto, ok)
         return event
 
-    def await_durable(self, ticket: tuple[int, bool]) -> None:
+    def await_durable(self, ticket: tuple[int, bool]) -> bool:
         """Return once an unsynced append (`ticket` from `add_writes`) is durable: made so
-        by a later synced append (the next checkpoint), else by syncing the log."""
+        by a later synced append (the next checkpoint), else by syncing the log. False when
+        it waited RIDE_SECONDS for a checkpoint that never came."""
         # RIDE_SECONDS read now: the module's value (tests set it).
-        if not self.coverage.wait(ticket[0], ticket[1], RIDE_SECONDS):
-            upto, ok = self.coverage.begin_synced(), False
-            try:
-                self.world.sync()
-                ok = True
-            finally:
-                self.coverage.end_synced(upto, ok)
+        if self.coverage.wait(ticket[0], ticket[1], RIDE_SECONDS):
+            return True
+        upto, ok = self.coverage.begin_synced(), False
+        try:
+            self.world.sync()
+            ok = True
+        finally:
+            self.coverage.end_synced(upto, ok)
+        return ticket[1]  # a raced ticket returns at once: it did not wait in vain
 
     def start(self, th: Thread) -> None:
         """The log's first event names the thread (`little runs` lists it; idempotent)."""
