@@ -116,3 +116,41 @@ def test_steps_the_log_holds_that_the_code_no_longer_asks_for_diverge(
     assert caught.value.step_path == asked and not caught.value.resuming
     assert str(caught.value).startswith("replay of run run_removed diverged")
     assert f"step {missing!r}" in str(caught.value)
+
+
+def grouped(order: tuple[str, str]) -> Any:
+    """A step "a" and a parallel group "g" (in `order`) whose child 0 ends only after
+    child 1 ran, so the children's successes are logged out of call order."""
+    second_ran = asyncio.Event()
+
+    async def first() -> int:
+        await second_ran.wait()
+        return 0
+
+    async def second() -> int:
+        second_ran.set()
+        return 1
+
+    @lw.workflow(id="grouped")
+    async def wf(ctx: lw.RunContext, input: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in order:
+            out[name] = (await ctx.step("a", lambda: "A") if name == "a"
+                         else await ctx.parallel("g", [first, second]))
+        return out
+
+    return wf
+
+
+def test_a_parallel_group_replays_in_any_child_order_but_not_out_of_the_bodys_order(
+        make: WorldMaker) -> None:
+    world = make()
+    result = lw.run_workflow(grouped(("a", "g")), {}, world=world, run_id="run_grouped")
+    assert result.output == {"a": "A", "g": [0, 1]}
+    succeeded = [e.payload["stepPath"] for e in world.list_events("run_grouped")
+                 if e.type == "step.succeeded"]
+    assert succeeded.index("g/1") < succeeded.index("g/0"), succeeded
+    assert lw.replay_run(world, "run_grouped", grouped(("a", "g"))).output == result.output
+    with pytest.raises(lw.ReplayDivergenceError) as caught:
+        lw.replay_run(world, "run_grouped", grouped(("g", "a")))
+    assert caught.value.step_path == "g" and caught.value.log_step_path == "a"
