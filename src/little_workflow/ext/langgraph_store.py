@@ -675,6 +675,11 @@ class EventsLayout:
         self.world = world
         self._lock = threading.Lock()
         self.coverage = Coverage()
+        # Writes ride only where one synced append makes every earlier one durable:
+        # local_world's one SQLite WAL. Elsewhere (`layout="events"` on a file World) each
+        # thread has its own run folder, and another thread's synced checkpoint covers none
+        # of this one's appends.
+        self.one_wal = getattr(world, "kind", "") == "local"
         # (run id, nsKey) of namespaces whose graph waits for its writes before its next
         # checkpoint (DeltaChannels: LangGraph stores their writes first): those writes
         # are synced at once, there is no checkpoint for them to ride.
@@ -987,7 +992,8 @@ class EventsLayout:
         meanwhile waits for them, briefly, so its synced commit comes after and covers
         them), and the ticket to pass `await_durable` before acknowledging them is
         returned (None: all synced)."""
-        riding = ride and bool(regular) and (th.run_id, ns_key(ns)) not in self.writes_awaited
+        riding = ride and self.one_wal and bool(regular) \
+            and (th.run_id, ns_key(ns)) not in self.writes_awaited
         if riding:
             self.coverage.writes_begin()
         pending = riding  # writes_done still owed
