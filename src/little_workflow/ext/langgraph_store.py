@@ -82,9 +82,10 @@ MAX_TAGS = 16
 #: A value larger than this goes into an artifact of its log's run (raw bytes) instead of
 #: into the event (base64 in JSON, a third larger, and spilled by the World anyway).
 EVENT_VALUE_LIMIT = 32 * 1024
-#: The events layout writes a head hint once a namespace has gained this many checkpoints
-#: since its last one (and not for a log shorter than this): a cold read of the head reads
-#: the log from the hint on, a few events, never the whole log.
+#: The events layout moves a namespace's head hint at a checkpoint this many events of the
+#: log after the one it names (and not before event 2 * HINT_EVERY): a super-step appends a
+#: checkpoint and its writes, so about every 4th checkpoint, and a cold read of the head
+#: reads the log from the hint on, a few events, never the whole log.
 HINT_EVERY = 8
 #: The files layout's pointer to a namespace's newest checkpoint, in its checkpoints'
 #: folder (no checkpoint's file name: those start with an id, `head` is none).
