@@ -140,3 +140,72 @@ def test_a_sub_run_created_after_its_parent_was_cancelled_runs_no_step(monkeypat
     sub_log = status(world, sub)
     assert sub_log.status == "cancelled", [e.type for e in world.list_events(sub)]
     assert "parent run run_z was cancelled: stop" == sub_log.cancel_requested["reason"]
+
+
+def test_a_fork_of_a_sub_run_whose_parent_was_cancelled_runs():
+    """A fork copies its source's `run.created`, `parentRunId` too, but no parent reserved
+    it: its source's parent being cancelled does not cancel it (the way to retry a
+    sub-run's steps with fixed code after its pipeline was stopped)."""
+    world = lw.virtual_world(private_memory(), "/wf")
+    calls: list[str] = []
+
+    def first() -> int:
+        calls.append("first")
+        return 1
+
+    @lw.workflow(id="steps-then-waits")
+    async def steps_then_waits(ctx, input):
+        await ctx.step("first", first)
+        return await ctx.wait_for_event("w", "go")
+
+    async def orchestrate(ctx, input):
+        return await ctx.call_workflow("steps-then-waits", {})
+
+    runner = threading.Thread(target=lambda: pytest.raises(
+        lw.RunCancelledError, lw.run_pipeline, [steps_then_waits], None,
+        orchestrator=orchestrate, world=world, run_id="run_f"))
+    runner.start()
+    wait_for(lambda: world.list_events("run_f") and status(world, "run_f").sub_runs
+             and status(world, sub_run_id(world, "run_f")).open_waits)
+    lw.cancel_run(world, "run_f", "operator stop")
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    sub = sub_run_id(world, "run_f")
+    assert status(world, sub).status == "cancelled"
+    fork = lw.fork_run(world, sub, from_step="first")
+    result = lw.run_workflow(steps_then_waits, {}, world=world, run_id=fork, suspend=True)
+    assert result.status == "waiting"
+    assert calls == ["first", "first"]
+    assert status(world, fork).cancel_requested is None
+
+
+def test_a_sub_run_called_in_process_reads_only_the_tail_of_its_parents_log(monkeypatch, tmp_path):
+    """The look at the parent costs what the parent appended since it called, not its
+    whole log: a pipeline of n sub-runs read n parent logs whole (O(n²): 300 sub-runs went
+    from 1.3 to 3.5 CPU-s)."""
+    from little_workflow.world.core import World
+
+    world = lw.local_world(str(tmp_path / "lw"))
+    read_of_parent: list[int] = []
+    real = World.list_events
+
+    def counting(self, run_id, *, after=0):
+        events = real(self, run_id, after=after)
+        if run_id == "run_many":
+            read_of_parent.append(len(events))
+        return events
+
+    monkeypatch.setattr(World, "list_events", counting)
+
+    @lw.workflow(id="small")
+    async def small(ctx, i):
+        return await ctx.step("s", lambda: i)
+
+    async def many(ctx, n):
+        return sum([await ctx.call_workflow("small", i) for i in range(n)])
+
+    n = 40
+    assert lw.run_pipeline([small], n, orchestrator=many, world=world, run_id="run_many").output \
+        == sum(range(n))
+    world.close()
+    assert sum(read_of_parent) <= 4 * n + 50, read_of_parent

@@ -240,3 +240,56 @@ def test_an_async_caller_that_makes_the_puts_itself_is_not_kept_waiting(
     tup = saver.get_tuple(config)
     assert tup is not None and [(c, v) for _, c, v in tup.pending_writes] == [("n", 2)]
     world.close()
+
+
+def test_writes_riding_on_a_file_world_survive_a_power_cut_after_another_thread_synced(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """Riding rests on one WAL: a synced commit makes every commit before it durable. The
+    events layout on a file World (`layout="events"`) keeps each thread in its own run
+    folder, so another thread's checkpoint syncs another folder — a put_writes it
+    acknowledged was lost at a power cut (PowerCutPosix). There its writes sync at once."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    import little_workflow as lw
+    import little_workflow.ext.langgraph_store as store
+    from little_workflow.ext.langgraph import WorldCheckpointSaver
+    from little_workflow.testing import PowerCutPosix, SimulatedCrash
+    from little_workflow.testing.powercut import power_cut_filesystem
+
+    monkeypatch.setattr(store, "RIDE_SECONDS", 600.0)
+    where = str(tmp_path / "w")
+    os.makedirs(where)
+    posix = PowerCutPosix(None)
+    saver = WorldCheckpointSaver(lw.virtual_world(power_cut_filesystem(posix), where),
+                                 layout="events")
+    a, b, c = ThreadPoolExecutor(1), ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+
+    def put(cfg: Any, i: int) -> Any:
+        return saver.put(cfg, empty_checkpoint(), {"source": "loop", "step": i, "parents": {}}, {})
+
+    config_a: Any = {"configurable": {"thread_id": "A", "checkpoint_ns": ""}}
+    config_b: Any = {"configurable": {"thread_id": "B", "checkpoint_ns": ""}}
+    # Two OS threads make thread A's puts (LangGraph's loop): its writes may ride.
+    config_a = b.submit(put, a.submit(put, config_a, 0).result(), 1).result()
+    config_b = a.submit(put, config_b, 0).result()
+    returned = threading.Event()
+    writes = c.submit(lambda: (saver.put_writes(config_a, [("n", 1)], "task-1",
+                                                "~__pregel_pull, step"), returned.set()))
+    end = time.monotonic() + 60
+    while not (tup := saver.get_tuple(config_a)) or not tup.pending_writes:
+        assert time.monotonic() < end, "the writes were never appended"
+        time.sleep(0.01)
+    a.submit(put, config_b, 1).result()  # thread B's checkpoint: a synced append elsewhere
+    writes.result(timeout=60)
+    posix.cut_after = posix.count  # the power goes at the next operation
+    with pytest.raises(SimulatedCrash):
+        posix.fsync_dir(where)
+    for pool in (a, b, c):
+        pool.shutdown()
+    tup = WorldCheckpointSaver(lw.virtual_world("file://" + where)).get_tuple(config_a)
+    assert tup is not None
+    assert [(ch, v) for _, ch, v in tup.pending_writes] == [("n", 1)]

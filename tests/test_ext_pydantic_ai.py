@@ -18,6 +18,7 @@ pytest.importorskip("pydantic_ai")
 
 from pydantic_ai import Agent, ModelRetry  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
+    FunctionToolResultEvent,
     ModelResponse,
     TextPart,
     ToolCallPart,
@@ -39,7 +40,10 @@ class Counter:
         self.tools: list[str] = []
 
 
-def weather_agent(counter: Counter, name: str = "forecaster", **capability: Any) -> Agent:
+def weather_agent(counter: Counter, name: str = "forecaster",
+                  waits: dict[str, asyncio.Event] | None = None, **capability: Any) -> Agent:
+    """`waits`: the tool is async, and the call for each city named there returns only once
+    its event is set (no timing: the order tools finish in is the test's)."""
     async def stream_fn(messages: list, info: AgentInfo) -> Any:
         from pydantic_ai.models.function import DeltaToolCall
 
@@ -61,6 +65,16 @@ def weather_agent(counter: Counter, name: str = "forecaster", **capability: Any)
 
     agent = Agent(FunctionModel(model_fn, stream_function=stream_fn), name=name,
                   capabilities=[LittleWorkflowDurability(**capability)])
+
+    if waits is not None:
+        @agent.tool_plain
+        async def weather(city: str) -> str:
+            counter.tools.append(city)
+            if city in waits:
+                await waits[city].wait()
+            return f"sunny in {city}"
+
+        return agent
 
     @agent.tool_plain
     def weather(city: str) -> str:
@@ -456,6 +470,41 @@ def test_run_stream_and_an_event_stream_handler_are_durable(lw_world: Any) -> No
     # Replay serves the handler's steps (and the model request streamed inside its step)
     # from the log: the handler is not called again.
     assert seen == handled
+
+
+def test_parallel_tool_calls_that_finish_out_of_call_order_replay(lw_world: Any) -> None:
+    """Paris (call c1) returns only once Oslo's (c2) result event was handled: the log holds
+    c2's result event step before c1's, the reverse of the order they were called in.
+    Replay serves every step without calling anything, as resuming does."""
+    counter = Counter()
+    seen: list[str] = []
+    oslo_handled = asyncio.Event()
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for event in events:
+            seen.append(type(event).__name__)
+            if isinstance(event, FunctionToolResultEvent) and event.tool_call_id == "c2":
+                oslo_handled.set()
+
+    agent = weather_agent(counter, name="streamer", waits={"Paris": oslo_handled},
+                          event_stream_handler=handler)
+
+    @lw.workflow(id="stream")
+    async def wf(ctx: lw.RunContext, input: dict) -> dict:
+        async with agent.run_stream(input["q"]) as run:
+            output = await run.get_output()
+        return {"output": output}
+
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_order")
+    assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris"}
+    started = {e.payload["stepPath"].rpartition("/")[2]: e.sequence
+               for e in lw_world.list_events("run_order") if e.type == "step.started"}
+    assert started["c1"] < started["c2"] < started["c2.event-2"] < started["c1.event-2"], started
+    handled = list(seen)
+    assert lw.replay_run(lw_world, "run_order", wf).output == res.output
+    assert seen == handled and counter.model == 2 and len(counter.tools) == 2
+    assert lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_order").output == \
+        res.output and seen == handled
 
 
 def test_a_registered_model_can_be_selected_inside_a_workflow(lw_world: Any) -> None:

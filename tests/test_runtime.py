@@ -325,7 +325,8 @@ def test_replay_divergence(rworld):
     lw.run_workflow(v1, None, world=rworld, run_id="run_v1")
     with pytest.raises(lw.ReplayDivergenceError) as info:
         lw.replay_run(rworld, "run_v1", reordered)
-    assert info.value.step_path == "a"
+    assert info.value.step_path == "b" and info.value.log_step_path == "a"
+    assert not info.value.resuming
     with pytest.raises(lw.ReplayDivergenceError) as info:
         lw.replay_run(rworld, "run_v1", extra)
     assert info.value.step_path == "c"

@@ -23,13 +23,15 @@ CLI_CODE = ("import chaos.mutants as m; m.install_from_env(); "
 
 
 def _cancel_keeps_sub_runs() -> None:
-    from little_workflow.runtime import cancel, waiting
+    from little_workflow.runtime import cancel, runner, waiting
 
     def cancel_none(*args: Any, **kwargs: Any) -> None:
         return None
 
     cancel.cancel_sub_runs = cancel_none
     waiting.request_sub_run_cancels = cancel_none
+    # and the sub-run's own look at its parent (else a resumed orphan still ends)
+    runner.cancel_if_parent_cancelled = cancel_none  # type: ignore[attr-defined]
 
 
 def _catalogue_ignores_completed() -> None:

@@ -52,6 +52,10 @@ class RunContext(ParallelGroups):
     """Handed to the workflow function: `await ctx.step(...)`, `await ctx.parallel(...)`."""
 
     suspend = False  # run_workflow(suspend=True): a run that must wait stops instead
+    #: A sub-run called by its parent in this process: how far the parent had read its
+    #: own log, with no cancel request in it (`cancel_if_parent_cancelled` reads on from
+    #: there); 0: read the parent's whole log.
+    parent_seen = 0
     #: The position of the next `write_stream` call from workflow code (streams.py).
     stream_position = 0
 

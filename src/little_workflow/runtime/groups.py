@@ -53,7 +53,7 @@ class ParallelGroups(StepEngine):
                       if (rec := self.log.steps.get(f"{path}/{i}")) is not None]
             for i in range(len(children)):
                 self.asked(("step", f"{path}/{i}"))
-            if logged and self.mode == "execute":
+            if logged:
                 self._check_order(("step", path), min(logged))
 
         async def child(i: int, fn: Callable[[], Any]) -> None:
@@ -65,7 +65,7 @@ class ParallelGroups(StepEngine):
             async with group_slots:
                 results[i] = await self._step(child_path, fn, (), retry, timeout, group_child=True)
 
-        group = Group(floor=self._floor)
+        group = Group()
         token = enter_group(group)
         try:
             async with asyncio.TaskGroup() as tg:
@@ -79,8 +79,6 @@ class ParallelGroups(StepEngine):
                 # One sync for the whole group: every child's success is durable before
                 # the workflow goes on (one fsync instead of one per child).
                 await self._blocking(self.world.sync)
-        if self.mode == "replay" and group.highest:
-            self._floor = max(self._floor, group.highest)
         return results
 
 

@@ -7,6 +7,7 @@ kept and reused plans, patch markers, sub-run calls, stream writes and closes â€
 asked for again before the execution calls or appends anything: a step the log does not
 hold, a sleep or wait going on, a value, the run's end. Otherwise `ReplayDivergenceError` names the log's record and the
 code's, and the run stays as it was (not failed): code that fits its log can continue it.
+`replay_run` checks code against a log by these same rules (it calls and appends nothing).
 
 - A step counts once finished, a timer or wait once recorded. A step that never finished
   (its process died in it) is run again as on any resume; so is a sub-run call.
@@ -192,6 +193,7 @@ class RunHistory:
         self._next_due = self._next_step = 0  # below these, every record was asked for
         self.asks = 0  # records asked for so far: how settling sees others progress
         self.diverged: ReplayDivergenceError | None = None
+        self.resuming = True  # False: `replay_run` checks the code, calling and appending nothing
 
     @classmethod
     def of(cls, log: RunLog) -> "RunHistory | None":
@@ -250,15 +252,20 @@ class RunHistory:
         key = key if key is not None else key_of(type_, payload)
         code_path, code_words = _describe_asked(type_, payload, key)
         log_path, log_words = path_of(due.key), describe(due.key)
-        self.diverged = ReplayDivergenceError(
-            self.run_id, code_path,
-            f"the log's next record is {log_words} (event {due.sequence}), but this code "
-            f"asks for {code_words} first. Nothing was called or recorded (but this "
-            f"execution's start); the run stays resumable: continue it with code that asks "
-            f"for {log_words} there (the "
-            "code it ran with, or a branch on ctx.patched(...)), or fork it onto this code: "
-            f"lw.fork_run(world, {self.run_id!r}, from_step={_fork_point(log, due)!r})",
-            log_step_path=log_path, resuming=True)
+        found = (f"the log's next record is {log_words} (event {due.sequence}), but this code "
+                 f"asks for {code_words} first")
+        fork = f"lw.fork_run(world, {self.run_id!r}, from_step={_fork_point(log, due)!r})"
+        if self.resuming:
+            message = (
+                f"{found}. Nothing was called or recorded (but this execution's start); the "
+                f"run stays resumable: continue it with code that asks for {log_words} there "
+                f"(the code it ran with, or a branch on ctx.patched(...)), or fork it onto "
+                f"this code: {fork}")
+        else:
+            message = (f"{found}: code that fits this run asks for {log_words} there (or "
+                       f"branches on ctx.patched(...)); to run this code from that point: {fork}")
+        self.diverged = ReplayDivergenceError(self.run_id, code_path, message,
+                                              log_step_path=log_path, resuming=self.resuming)
         return self.diverged
 
 

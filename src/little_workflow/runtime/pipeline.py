@@ -80,10 +80,13 @@ async def call_workflow(ctx: Any, name: str, input: Any) -> Any:
                      idempotency_key=f"{call_path}:started")
     try:
         # A sub-run ends no later than its parent: its deadline is capped by the parent's.
+        # What this executor saw of its log (no cancellation there): the sub-run reads
+        # only the rest to learn whether its parent was cancelled.
         with step_attempt(ctx, call_path, 1):
             result = await ctx.run_child(member, input, world=ctx.world,
                                          run_id=sub_run_id, pipeline=pipeline,
                                          parent_run_id=ctx.run_id,
+                                         parent_seen=ctx.seen_uncancelled(),
                                          deadline_cap=deadline_of(ctx.log))
     except NOT_A_FAILURE:
         # The sub-run did not fail: another process executes it, this process lost it,

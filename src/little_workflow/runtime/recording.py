@@ -175,6 +175,16 @@ class RunRecorder:
         with self._log_lock:
             return self._fold_from_storage()
 
+    def seen_uncancelled(self) -> int:
+        """The last sequence folded into this run's log when that log shows no cancel
+        request nor end by cancellation, else 0 (under the lock: a fold in another thread
+        sets `last_sequence` before the state its event changes)."""
+        with self._log_lock:
+            log = self.log
+            if log.cancel_requested is not None or log.status == "cancelled":
+                return 0
+            return log.last_sequence
+
     # ---- the log's history, asked for again (history.py) ------------------------------
 
     def asked(self, key: Key) -> None:

@@ -165,7 +165,7 @@ def register_version(world: WorldLike, wf: Workflow[Any, Any]) -> None:
 async def arun_single(
     wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str | None, pipeline: Any = None,
     suspend: bool = False, parent_run_id: str | None = None, deadline: Deadline | None = None,
-    deadline_cap: float | None = None,
+    deadline_cap: float | None = None, parent_seen: int = 0,
 ) -> RunResult[Any]:
     """Start or resume one run of `wf` (no outer loop). With `suspend=True` a run that
     must wait (a sleep, an event) releases its lock and returns `status="waiting"`.
@@ -182,7 +182,8 @@ async def arun_single(
         check_skill_sources(world, wf)
     with world.run_lock(run_id):
         return await _run_locked(world, wf, value, run_id, pipeline, suspend, parent_run_id,
-                                 (wf.timeout if seconds is None else seconds, deadline_cap))
+                                 (wf.timeout if seconds is None else seconds, deadline_cap),
+                                 parent_seen=parent_seen)
 
 
 async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: WorldLike, run_id: str,
@@ -198,7 +199,7 @@ async def arun_admitted(wf: Workflow[Any, Any], input: Any, *, world: WorldLike,
 async def _run_locked(
     world: WorldLike, wf: Workflow[Any, Any], input: Any, run_id: str, pipeline: Any, suspend: bool = False,
     parent_run_id: str | None = None, deadline: tuple[float | None, float | None] = (None, None),
-    admission: Any = None,
+    admission: Any = None, *, parent_seen: int = 0,
 ) -> RunResult[Any]:
     if admission is None:
         log = RunLog.fold(run_id, await offload(world, world.list_events, run_id))
@@ -226,6 +227,7 @@ async def _run_locked(
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      pipeline=pipeline, run_child=arun_single)
     ctx.suspend = suspend
+    ctx.parent_seen = parent_seen
     try:
         return await observe_run(ctx, _execute_run(ctx, wf, input, input_hash, parent_run_id,
                                                     deadline, admission))
@@ -374,11 +376,14 @@ async def areplay_run(world: WorldLike, run_id: str, wf: Workflow[Any, Out]) -> 
     input = stored_value(world, log.created.get("input"))
     ctx = RunContext(world=world, workflow=wf, run_id=run_id, input=input, log=log,
                      mode="replay", run_child=arun_single)
+    ctx.body_task = asyncio.current_task()  # its steps come in the log's order, as on resume
     try:
         with running(ctx):
             returned = await wf.fn(ctx, decode_input(wf, input, run_id))
             output, typed_output = encode_output(wf, returned, run_id)
             wf.validate_output(thaw(output))  # a run whose output broke its schema failed so
+        # As on resume: the log may hold records this code never asked for.
+        ctx.check_history("run.completed", {})
     except ReplayDivergenceError as e:
         rec = log.steps.get(e.step_path)
         if log.status == "cancelled" and (rec is None or rec.status == "running"):

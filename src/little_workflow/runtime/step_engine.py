@@ -55,12 +55,13 @@ class StepEngine(RunRecorder):
     def __init__(self, *, world: WorldLike, run_id: str, log: RunLog, mode: Mode):
         super().__init__(world=world, run_id=run_id, log=log)
         self.mode = mode
+        if self.history is not None:
+            self.history.resuming = mode == "execute"
         # The paths this execution took, as digests (a long run keeps no string per step),
         # and exactly the taken paths whose step.started this execution has not appended:
         # a digest taken twice is checked against those and the log (`_taken`).
         self._claimed = PathDigests()
         self._unlogged: set[str] = set()
-        self._floor = 0
         # Threads of sync steps that overran their timeout and still run: no retry of that
         # step starts before its thread has returned (one attempt at a time).
         self._abandoned: dict[str, threading.Event] = {}
@@ -95,7 +96,10 @@ class StepEngine(RunRecorder):
 
     def _check_order(self, key: Key, first_sequence: int) -> None:
         """A step served to the body comes in the log's order: no earlier step of the
-        log may still be waiting to be asked for."""
+        log may still be waiting to be asked for. The one order rule of resume and replay:
+        steps of other tasks (a parallel group's, a bare gather's, an agent framework's
+        parallel tool calls) are logged in the order they ran, not the order they are
+        asked for again."""
         history = self.history
         if history is None:
             return
@@ -164,16 +168,7 @@ class StepEngine(RunRecorder):
             raise ReplayDivergenceError(
                 self.run_id, path, "the code asks for a step the log holds no finished record of"
             )
-        group = current_group()
-        floor = group.floor if group is not None else self._floor
-        if rec.first_sequence <= floor:
-            raise ReplayDivergenceError(
-                self.run_id, path, "the code asks for this step in another order than the log"
-            )
-        if group is not None:
-            group.highest = max(group.highest, rec.first_sequence)
-        else:
-            self._floor = rec.first_sequence
+        self._check_order(("step", path), rec.first_sequence)
         return self._served(rec, codec)
 
     async def _execute(

@@ -215,14 +215,10 @@ def reset_current(token: contextvars.Token[StepInfo | None]) -> None:
     _current.reset(token)
 
 
-@dataclass
 class Group:
     """The parallel group whose children run here (groups.py): their appends share
-    commits, sync functions run in threads, and in replay each child is checked against
-    the log's order from where the group began (`floor`)."""
-
-    floor: int
-    highest: int = 0
+    commits, sync functions run in threads, and they are asked for in any order (the
+    group as a whole comes in the log's order)."""
 
 
 _group: contextvars.ContextVar[Group | None] = contextvars.ContextVar("lw_group", default=None)

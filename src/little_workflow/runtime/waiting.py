@@ -280,14 +280,20 @@ def cancel_if_parent_cancelled(ctx: Any) -> None:
     runs a step. The parent's canceller asks every sub-run it finds; one created after
     that look (by a parent executor that lost its lease while stopped, then woke and went
     on) is caught here: it wrote `run.created` before reading its parent's log, so the
-    canceller's look or this one sees the other."""
+    canceller's look or this one sees the other. Only a sub-run its parent reserved: a
+    fork of one copies `parentRunId` but is nobody's sub-run."""
     parent = (ctx.log.created or {}).get("parentRunId")
     if not isinstance(parent, str) or ctx.log.cancel_requested is not None \
             or ctx.log.status in TERMINAL_STATUSES:
         return
-    parent_log = RunLog.fold(parent, ctx.world.list_events(parent))
+    # Called by its parent in this process: only what the parent had not read yet (it
+    # reserved this run there, and saw no cancellation).
+    parent_log = RunLog.fold(parent, ctx.world.list_events(parent, after=ctx.parent_seen))
     if parent_log.cancel_requested is None and parent_log.status != "cancelled":
         return
+    if not ctx.parent_seen \
+            and all(sub.get("subRunId") != ctx.run_id for sub in parent_log.sub_runs.values()):
+        return  # not a sub-run its parent reserved: a fork of one (it copies parentRunId)
     why = requested_reason(parent_log)
     ctx.world.append_event(ctx.run_id, "run.cancel_requested", {
         "reason": f"parent run {parent} was cancelled" + (f": {why}" if why else "")})

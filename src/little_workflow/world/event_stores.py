@@ -431,6 +431,14 @@ class SqliteEventStore(EventStore):
 
         def read() -> T:
             if self._reader is None:
+                # Until a read first meets a commit in progress, the writing connection
+                # serves it when free: a process that only reads a little (a CLI command,
+                # a cold LangGraph head) never pays for opening a second one (~0.2 ms).
+                if self._lock.acquire(blocking=False):
+                    try:
+                        return select(self._conn)
+                    finally:
+                        self._lock.release()
                 self._reader = self._open_reader()
             return select(self._reader)
 
