@@ -33,6 +33,24 @@ def _make_conditional_writes_atomic() -> None:
         setattr(S3Response, name, atomic)
 
 
+def list_moto_modules_once() -> None:
+    """moto's server picks the service of every request under one lock by listing moto's
+    package folder (`os.listdir` and an `isdir` per entry: ~180 system calls a request,
+    one request at a time). The folder does not change while tests run: list it once.
+    Client and server CPU per request 7.7 -> 6.1 ms (HEAD, PUT, GET alternating)."""
+    import moto.backends
+
+    if getattr(moto.backends.list_of_moto_modules, "_lw_once", False):
+        return
+    modules = tuple(moto.backends.list_of_moto_modules())
+
+    def list_of_moto_modules() -> tuple[str, ...]:
+        return modules
+
+    list_of_moto_modules._lw_once = True  # type: ignore[attr-defined]
+    moto.backends.list_of_moto_modules = list_of_moto_modules
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -44,6 +62,7 @@ class MotoS3:
         from moto.server import ThreadedMotoServer
 
         _make_conditional_writes_atomic()
+        list_moto_modules_once()
         self.port = _free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.server.start()

@@ -74,3 +74,22 @@ def test_racing_conditional_puts_have_one_winner(moto_s3, slow_condition_check):
         assert _race(moto_s3, bucket, {"IfNoneMatch": "*"}, 6) == 1, f"round {round_}: create"
         etag = client.head_object(Bucket=bucket, Key="doc")["ETag"]
         assert _race(moto_s3, bucket, {"IfMatch": etag}, 6) == 1, f"round {round_}: replace"
+
+
+def test_the_moto_server_lists_its_service_folders_once(moto_s3):
+    """tests/s3_server.py's `list_moto_modules_once` is in the request path: moto's
+    dispatcher asks the patched function (if moto ever stopped asking it, the patch would
+    silently save nothing), and it answers what moto's own listing does."""
+    import os
+
+    import moto
+    import moto.backends
+    from moto.moto_server import werkzeug_app
+
+    assert getattr(moto.backends.list_of_moto_modules, "_lw_once", False)
+    assert werkzeug_app.backends.list_of_moto_modules is moto.backends.list_of_moto_modules
+    folder = os.path.dirname(moto.__file__)
+    assert list(moto.backends.list_of_moto_modules()) == [
+        name for name in sorted(os.listdir(folder))
+        if os.path.isdir(os.path.join(folder, name)) and not name.startswith("__")]
+    assert "s3" in moto.backends.list_of_moto_modules()

@@ -399,6 +399,14 @@ class SlowLink:
         self.listener.close()
 
 
+#: `python -c` of the moto server process: moto's own server, with tests/s3_server.py's
+#: `list_moto_modules_once` (its folder listed once, not once a request).
+MOTO_SERVER_CODE = (
+    f"import sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r}); "
+    "from s3_server import list_moto_modules_once; list_moto_modules_once(); "
+    "from moto.server import main; main()")
+
+
 class MotoProcess:
     """A moto S3 server in its own process (the chaos sends it thousands of requests: in
     the test process it would compete with the driver for one interpreter lock)."""
@@ -413,8 +421,7 @@ class MotoProcess:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "moto.log"), "ab") as out:
             self.popen = subprocess.Popen(
-                [sys.executable, "-c", "from moto.server import main; main()",
-                 "-H", "127.0.0.1", "-p", str(self.port)],
+                [sys.executable, "-c", MOTO_SERVER_CODE, "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=out, stderr=subprocess.STDOUT)
         self.storage_options = {
             "key": "testing", "secret": "testing",
