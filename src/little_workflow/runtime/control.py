@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Literal, TypeVar, overload
 
 from ..errors import InputMismatchError, WorkflowMismatchError
@@ -39,13 +40,16 @@ def create_unless_exists(wf: Workflow[Any, Any], input: Any, world: WorldLike, r
 
     if not isinstance(wf, Workflow):
         raise TypeError(f"{wf!r} is not a workflow: decorate it with @little_workflow.workflow")
+    minted = run_id is None
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
     seconds = seconds_of(deadline, f"the deadline of run {run_id}")
     value = input_json(wf, input, run_id)
     world = _world(world)
     input_hash = content_hash(value)
-    with world.run_lock(run_id):
-        log = RunLog.fold(run_id, world.list_events(run_id))
+    with contextlib.nullcontext() if minted else world.run_lock(run_id):
+        # An id minted here is known to no one else until this returns: there is no run
+        # of it to find, nor anyone to keep out (see fresh_log).
+        log = fresh_log(run_id) if minted else RunLog.fold(run_id, world.list_events(run_id))
         if log.created is not None:
             if log.created.get("workflowId") != wf.id:
                 raise WorkflowMismatchError(run_id, str(log.created.get("workflowId")), wf.id)
@@ -58,6 +62,16 @@ def create_unless_exists(wf: Workflow[Any, Any], input: Any, world: WorldLike, r
             **deadline_record(world.clock.now(), wf.timeout if seconds is None else seconds)})
     notify_run(world, run_id)  # a worker in this process starts it without waiting a sweep
     return run_id
+
+
+def fresh_log(run_id: str) -> RunLog:
+    """The log of a run under an id just minted (`new_run_id`, 122 random bits): empty,
+    without reading it or taking its lock. Nobody can know the id before the call that
+    minted it returns, so no other writer can have made or be making that run; its
+    `run.created` is still published only where no event 1 is (the store refuses a taken
+    sequence), like every append. After that a worker may take the run's lock and execute
+    it at once — which the lock held until the creator returned only made it back off."""
+    return RunLog(run_id=run_id)
 
 
 @overload

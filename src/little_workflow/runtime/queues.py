@@ -21,6 +21,7 @@ and hosts).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -327,6 +328,7 @@ def enqueue(
     _check_enqueue_args(key, priority, dedup_id, on_duplicate, debounce)
     world = resolve_world(world)
     read_queue(world, queue)
+    minted = run_id is None
     run_id = validate_run_id(run_id) if run_id is not None else new_run_id()
     seconds = seconds_of(deadline, f"the deadline of run {run_id}")
     value = input_json(wf, input, run_id)
@@ -345,7 +347,7 @@ def enqueue(
         fields["dedupId"] = dedup_id
     fields["order"] = next_order(world, queue)
     create_queued_run(world, wf, value, run_id, fields,
-                      wf.timeout if seconds is None else seconds)
+                      wf.timeout if seconds is None else seconds, minted=minted)
     if replaced is not None:
         _cancel_debounced(world, replaced)
     return RunHandle(world, run_id, wf)
@@ -366,16 +368,19 @@ def enqueue_tick(world: Any, wf: Workflow[Any, Any], value: Any, *, queue: str, 
 
 def create_queued_run(world: Any, wf: Workflow[Any, Any], value: Any, run_id: str,
                       fields: dict[str, Any], deadline_seconds: float | None = None, *,
-                      extra: dict[str, Any] | None = None, exists_ok: bool = False) -> None:
+                      extra: dict[str, Any] | None = None, exists_ok: bool = False,
+                      minted: bool = False) -> None:
     """Write the queued run (as `start_workflow` writes a run, with `queue`, its deadline
     `deadline_seconds` from now, and `extra` in its `run.created`) and wake this process's
-    workers. A run of that id existing already is an error unless `exists_ok`."""
+    workers. A run of that id existing already is an error unless `exists_ok`. `minted`:
+    the id was made by this call's caller (control.fresh_log: no lock, nothing to read)."""
     from .context import RunContext
+    from .control import fresh_log
     from .runner import create_run_sync
     from .waiting import notify_run
 
-    with world.run_lock(run_id):
-        log = _run_state(world, run_id)
+    with contextlib.nullcontext() if minted else world.run_lock(run_id):
+        log = fresh_log(run_id) if minted else _run_state(world, run_id)
         if log.created is not None:
             if exists_ok:
                 return
