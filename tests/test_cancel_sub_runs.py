@@ -209,3 +209,21 @@ def test_a_sub_run_called_in_process_reads_only_the_tail_of_its_parents_log(monk
         == sum(range(n))
     world.close()
     assert sum(read_of_parent) <= 4 * n + 50, read_of_parent
+
+
+def test_cancelling_a_cancelled_parent_again_asks_a_sub_run_left_behind():
+    """breaker5: a parent's executor created a sub-run after its parent was cancelled and
+    was killed before the sub-run looked at its parent; with no worker that has the
+    sub-run's code, nothing ends it. `cancel_run` on the parent, a no-op before, asks it."""
+    world = lw.virtual_world(private_memory(), "/wf")
+    world.append_event("run_par", "run.created", {"workflowId": "p", "input": None})
+    world.append_event("run_par", "harness.tool_call.started", {
+        "callPath": "call-0-child", "name": "call_workflow",
+        "args": {"workflow": "child", "input": {}, "subRunId": "run_left"}})
+    world.append_event("run_par", "run.cancel_requested", {"reason": "stop"})
+    world.append_event("run_par", "run.cancelled", {"reason": "stop"})
+    world.append_event("run_left", "run.created", {"workflowId": "child", "input": {},
+                                                   "parentRunId": "run_par"})
+    lw.cancel_run(world, "run_par")
+    assert status(world, "run_left").status == "cancelled"
+    assert status(world, "run_par").status == "cancelled"

@@ -299,6 +299,27 @@ def test_a_head_hint_of_the_first_form_is_read_then_replaced_by_a_name(tmp_path:
         assert name.partition(".")[2].isdigit() and int(name.partition(".")[2]) > int(seq)
 
 
+def test_after_a_cold_head_its_neighbours_read_whole(tmp_path: Any) -> None:
+    """A cold head folds the few events after its hint without decoding their records
+    (only the head's own are decoded); what a later call asks of those neighbours — a
+    parent, its writes, tags for a filter — is decoded then, not lost."""
+    data = str(tmp_path / "data")
+    with lw.local_world(data) as world:
+        fill(saver(world, "events"), "near", 60, ["r"])
+    with lw.local_world(data) as world:
+        s = saver(world, "events")
+        head = s.get_tuple(generate_config("near"))
+        assert head is not None and head.checkpoint["channel_values"] == {"i": 59}
+        parent = s.get_tuple(head.parent_config)
+        assert parent is not None and parent.checkpoint["channel_values"] == {"i": 58}
+        assert [(c, v) for _, c, v in parent.pending_writes] == [("i", 58)]
+        assert parent.parent_config is not None
+        assert [t.checkpoint["channel_values"]["i"] for t in s.list(generate_config("near"), limit=3)] \
+            == [59, 58, 57]
+        (found,) = s.list(generate_config("near"), filter={"step": 58})
+        assert found.config == parent.config
+
+
 # --- pruning ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind,layout", CASES, ids=IDS)

@@ -475,7 +475,8 @@ def test_run_stream_and_an_event_stream_handler_are_durable(lw_world: Any) -> No
 def test_parallel_tool_calls_that_finish_out_of_call_order_replay(lw_world: Any) -> None:
     """Paris (call c1) returns only once Oslo's (c2) result event was handled: the log holds
     c2's result event step before c1's, the reverse of the order they were called in.
-    Replay serves every step without calling anything, as resuming does."""
+    Replay serves every step without calling anything, as resuming does (the run waits
+    after the agent, so resuming runs the body again)."""
     counter = Counter()
     seen: list[str] = []
     oslo_handled = asyncio.Event()
@@ -493,18 +494,20 @@ def test_parallel_tool_calls_that_finish_out_of_call_order_replay(lw_world: Any)
     async def wf(ctx: lw.RunContext, input: dict) -> dict:
         async with agent.run_stream(input["q"]) as run:
             output = await run.get_output()
-        return {"output": output}
+        return {"output": output, "then": await ctx.wait_for_event("gate", "go")}
 
-    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_order")
-    assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris"}
+    first = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_order", suspend=True)
+    assert first.status == "waiting"
     started = {e.payload["stepPath"].rpartition("/")[2]: e.sequence
                for e in lw_world.list_events("run_order") if e.type == "step.started"}
     assert started["c1"] < started["c2"] < started["c2.event-2"] < started["c1.event-2"], started
     handled = list(seen)
+    assert lw.replay_run(lw_world, "run_order", wf).status == "waiting"
+    lw.send_event(lw_world, "run_order", "go", "on")
+    res = lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_order")
+    assert res.output == {"output": "forecast: sunny in Oslo; sunny in Paris", "then": "on"}
     assert lw.replay_run(lw_world, "run_order", wf).output == res.output
     assert seen == handled and counter.model == 2 and len(counter.tools) == 2
-    assert lw.run_workflow(wf, {"q": "weather?"}, world=lw_world, run_id="run_order").output == \
-        res.output and seen == handled
 
 
 def test_a_registered_model_can_be_selected_inside_a_workflow(lw_world: Any) -> None:

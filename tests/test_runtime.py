@@ -314,6 +314,10 @@ def test_replay_divergence(rworld):
         await ctx.step("b", lambda: 2)
         return await ctx.step("c", lambda: 3)
 
+    @lw.workflow(id="v1")
+    async def dropped(ctx, input):
+        return await ctx.step("a", lambda: 1) + 2
+
     calls = []
 
     @lw.workflow(id="v1")
@@ -330,6 +334,9 @@ def test_replay_divergence(rworld):
     with pytest.raises(lw.ReplayDivergenceError) as info:
         lw.replay_run(rworld, "run_v1", extra)
     assert info.value.step_path == "c"
+    with pytest.raises(lw.ReplayDivergenceError) as info:  # the log's step b is never asked for
+        lw.replay_run(rworld, "run_v1", dropped)
+    assert info.value.step_path == "(end)" and info.value.log_step_path == "b"
     assert lw.replay_run(rworld, "run_v1", same).output == 3 and calls == []
 
 

@@ -137,24 +137,69 @@ class FirstPut:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-#: The first checkpoint the graph run in this context waits for (see `get_next_version`).
-#: A context variable, not a thread-local: `ainvoke` looks its thread up on a worker
-#: thread but runs its steps on the event loop, and two runs on one loop are two tasks.
-#: Who made a thread's puts once two callers did (LangGraph's loop: its executor's
-#: threads, its tasks).
-MANY_PUTTERS: Final = object()
-
-#: The asyncio task awaiting `aput`/`aput_writes` (their work runs on some pool thread).
-_ASYNC_CALLER: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
+#: The asyncio task awaiting `aput`/`aput_writes` (their work runs on some pool thread),
+#: by id: a task kept alive here would keep its result and frames.
+_ASYNC_CALLER: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "little_workflow_langgraph_async_caller", default=None)
 
 
-def caller() -> object:
+def caller() -> tuple[str, int]:
     """Who makes a saver call: the asyncio task awaiting it, else the OS thread."""
     task = _ASYNC_CALLER.get()
-    return task if task is not None else threading.get_ident()
+    return ("task", task) if task is not None else ("thread", threading.get_ident())
 
 
+class Riders:
+    """Whether a thread's writes may ride — wait for the next checkpoint's sync instead of
+    syncing themselves — learned per thread in this process. They ride once someone other
+    than their caller made the thread's puts (LangGraph's loop: its executor's threads or
+    tasks, any of which may also store the writes); a caller that makes every put itself
+    cannot be making the next one while it waits. A ride that waited in vain (RIDE_SECONDS:
+    a server whose requests each put, then write, on whatever pool thread) turns riding off
+    for that thread until a put is seen beginning while writes are in flight, as in
+    LangGraph's loop."""
+
+    MANY: Final = ("many", 0)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._putters = LRU(4096)  # thread owner -> caller(), or MANY once two
+        self._off = LRU(4096)  # owners whose last ride waited in vain, no overlap since
+        self._writing: dict[str, int] = {}  # owner -> put_writes calls in flight
+
+    def put(self, owner: str) -> None:
+        me = caller()
+        with self._lock:
+            putter = self._putters.peek(owner)
+            if putter is None or (putter != self.MANY and putter != me):
+                self._putters.put(owner, me if putter is None else self.MANY)
+            if self._writing.get(owner):
+                self._off.pop(owner, None)
+
+    def writes_begin(self, owner: str) -> None:
+        with self._lock:
+            self._writing[owner] = self._writing.get(owner, 0) + 1
+
+    def may_ride(self, owner: str) -> bool:
+        me = caller()
+        with self._lock:
+            putter = self._putters.peek(owner)
+            return putter is not None and putter != me and self._off.peek(owner) is None
+
+    def writes_end(self, owner: str, *, waited_in_vain: bool = False) -> None:
+        with self._lock:
+            left = self._writing.get(owner, 1) - 1
+            if left:
+                self._writing[owner] = left
+            else:
+                self._writing.pop(owner, None)
+            if waited_in_vain:
+                self._off.put(owner, True)
+
+
+#: The first checkpoint the graph run in this context waits for (see `get_next_version`).
+#: A context variable, not a thread-local: `ainvoke` looks its thread up on a worker
+#: thread but runs its steps on the event loop, and two runs on one loop are two tasks.
 _AWAITED_FIRST_PUT: contextvars.ContextVar[FirstPut | None] = contextvars.ContextVar(
     "little_workflow_langgraph_first_put", default=None)
 
@@ -203,9 +248,8 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         self._lists: LRU = LRU(256)
         self._list_bytes = 0
         self._nodes: LRU = LRU(1024)
-        # thread owner run id -> who made its puts in this process: one caller, or
-        # MANY_PUTTERS. Kept here, not on the Thread: a reader replaces that object.
-        self._putters: LRU = LRU(4096)
+        # Kept here, not on the Thread: a reader replaces that object.
+        self._riders = Riders()
         # New threads' first checkpoints, by thread id, and in each graph's own Python
         # thread the one its run is waiting for (see `get_next_version`).
         self._first_puts: dict[str, FirstPut] = {}
@@ -539,11 +583,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         checkpoint_id = checkpoint["id"]
         parent = conf.get("checkpoint_id")
         th = self._threads.for_write(thread_id)
-        me = caller()
-        with self._lock:
-            putter = self._putters.peek(th.owner)
-            if putter is None or (putter is not MANY_PUTTERS and putter != me):
-                self._putters.put(th.owner, me if putter is None else MANY_PUTTERS)
+        self._riders.put(th.owner)
         body: dict[str, Any] = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = get_checkpoint_metadata(config, metadata)
         if th.layout == "events" and md.get("counters_since_delta_snapshot"):
@@ -611,21 +651,21 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                 if not t.documented:
                     layout.start(t)
                 # One fsync a super-step: the writes ride the checkpoint that follows them
-                # — when someone else makes the puts (LangGraph's loop: its executor's
-                # threads or tasks, which may also be this one, stored a checkpoint before).
-                # A caller that makes every put itself (the saver used directly) cannot be
-                # making the next one meanwhile: waiting would add RIDE_SECONDS to each call.
-                with self._lock:
-                    putter = self._putters.peek(t.owner)
-                ride = putter is not None and putter != caller()
+                # when someone else makes the puts (`Riders`).
                 return layout, layout.add_writes(t, ns, checkpoint_id, task_id, task_path,
-                                                 regular, special, ride=ride)
+                                                 regular, special,
+                                                 ride=self._riders.may_ride(t.owner))
             layout.add_writes(t, ns, checkpoint_id, task_id, task_path, regular, special)
             return layout, None
 
-        layout, ticket = self._retrying(th, write)
-        if ticket is not None:
-            layout.await_durable(ticket)
+        self._riders.writes_begin(th.owner)
+        waited_in_vain = False
+        try:
+            layout, ticket = self._retrying(th, write)
+            if ticket is not None:
+                waited_in_vain = not layout.await_durable(ticket)
+        finally:
+            self._riders.writes_end(th.owner, waited_in_vain=waited_in_vain)
         node = _node_of(task_path)
         if node is not None:
             with self._lock:
@@ -799,8 +839,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        _ASYNC_CALLER.set(asyncio.current_task())
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        token = _ASYNC_CALLER.set(id(asyncio.current_task()))
+        try:  # the thread gets a copy of this context: the caller is this task
+            return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        finally:
+            _ASYNC_CALLER.reset(token)
 
     async def aput_writes(
         self,
@@ -809,8 +852,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        _ASYNC_CALLER.set(asyncio.current_task())
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        token = _ASYNC_CALLER.set(id(asyncio.current_task()))
+        try:
+            await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        finally:
+            _ASYNC_CALLER.reset(token)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)

@@ -82,9 +82,10 @@ MAX_TAGS = 16
 #: A value larger than this goes into an artifact of its log's run (raw bytes) instead of
 #: into the event (base64 in JSON, a third larger, and spilled by the World anyway).
 EVENT_VALUE_LIMIT = 32 * 1024
-#: The events layout writes a head hint once a namespace has gained this many checkpoints
-#: since its last one (and not for a log shorter than this): a cold read of the head reads
-#: the log from the hint on, a few events, never the whole log.
+#: The events layout moves a namespace's head hint at a checkpoint this many events of the
+#: log after the one it names (and not before event 2 * HINT_EVERY): a super-step appends a
+#: checkpoint and its writes, so about every 4th checkpoint, and a cold read of the head
+#: reads the log from the hint on, a few events, never the whole log.
 HINT_EVERY = 8
 #: The files layout's pointer to a namespace's newest checkpoint, in its checkpoints'
 #: folder (no checkpoint's file name: those start with an id, `head` is none).
@@ -587,6 +588,8 @@ class CheckpointAt:
     tags: frozenset[str] | None
     early: list[int]
     dead: bool = False
+    #: False: folded without decoding its record (parent, tags, early not known yet).
+    decoded: bool = True
 
 
 @dataclass
@@ -601,6 +604,8 @@ class ThreadLog:
     writes: dict[tuple[str, str], dict[int, list[WriteRow]]] = field(default_factory=dict)
     early: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     records: LRU = field(default_factory=lambda: LRU(64))
+    #: Payloads of checkpoint events folded without decoding, by sequence.
+    undecoded: LRU = field(default_factory=lambda: LRU(64))
     fenced: bool = False
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -720,9 +725,11 @@ class EventsLayout:
     def exists(self, th: Thread) -> bool:
         return any(e.type == CHECKPOINT_EVENT for e in self.world.list_events(th.run_id))
 
-    def _fold_after(self, th: Thread, log: ThreadLog, after: int) -> None:
+    def _fold_after(self, th: Thread, log: ThreadLog, after: int, *, lazy: bool = False) -> None:
+        """`lazy` (a few events from a hint, for the head): records are decoded when
+        asked for, so a cold head decodes its own record and writes, not its neighbours'."""
         for event in self.world.list_events(log.run_id, after=after):
-            self._fold(log, event.sequence, event.type, event.payload)
+            self._fold(log, event.sequence, event.type, event.payload, lazy=lazy)
             log.upto = max(log.upto, event.sequence)
         if log.known_from is None or after < log.known_from:
             log.known_from = after
@@ -753,8 +760,17 @@ class EventsLayout:
         return [(rec["path"], rec["task"], w[0], w[1], w[2], w[3]) for w in rec["w"]]
 
     def _fold(self, log: ThreadLog, seq: int, type_: str, payload: Any,
-              rec: dict[str, Any] | None = None) -> None:
+              rec: dict[str, Any] | None = None, *, lazy: bool = False) -> None:
         """Fold one event in; `rec`: its record when the caller has it (its own append)."""
+        if lazy and rec is None and type_ in (CHECKPOINT_EVENT, WRITES_EVENT) \
+                and "ns" in payload and "id" in payload:
+            key = (payload["ns"], payload["id"])
+            if type_ == WRITES_EVENT:
+                log.writes.setdefault(key, {})[seq] = payload  # rows once asked for
+            else:
+                log.checkpoints[key] = CheckpointAt(seq, None, None, [], decoded=False)
+                log.undecoded.put(seq, payload)
+            return
         if type_ == CHECKPOINT_EVENT:
             rec = rec if rec is not None else self._payload_record(log, payload)
             key = (rec["n"], rec["i"])
@@ -783,17 +799,34 @@ class EventsLayout:
     def _record(self, th: Thread, log: ThreadLog, seq: int) -> dict[str, Any]:
         rec = log.records.peek(seq)
         if rec is None:
-            event = self.world.read_event(log.run_id, seq)
-            if event.type != CHECKPOINT_EVENT:
-                raise CheckpointDataError(th.thread_id, f"{log.run_id} event {seq}",
-                                          f"expected a checkpoint, found {event.type}")
-            rec = self._payload_record(log, event.payload)
+            payload = log.undecoded.pop(seq, None)
+            if payload is None:
+                event = self.world.read_event(log.run_id, seq)
+                if event.type != CHECKPOINT_EVENT:
+                    raise CheckpointDataError(th.thread_id, f"{log.run_id} event {seq}",
+                                              f"expected a checkpoint, found {event.type}")
+                payload = event.payload
+            rec = self._payload_record(log, payload)
             log.records.put(seq, rec)
         return rec
 
+    def _decoded(self, th: Thread, log: ThreadLog, at: CheckpointAt) -> CheckpointAt:
+        """`at` with what its record says filled in (folded lazily: decoded now)."""
+        if not at.decoded:
+            rec = self._record(th, log, at.seq)
+            tags = rec.get("g")
+            at.parent, at.early = rec.get("p"), list(rec.get("e") or ())
+            at.tags = frozenset(tags) if tags is not None else None
+            at.decoded = True
+        return at
+
+    def _rows_of(self, log: ThreadLog, found: Any) -> list[WriteRow]:
+        """A writes event's rows as folded: decoded, or its payload (folded lazily)."""
+        return found if isinstance(found, list) else self._rows(self._payload_record(log, found))
+
     def _stored(self, th: Thread, log: ThreadLog, key: tuple[str, str], at: CheckpointAt) -> Stored:
         rec = self._record(th, log, at.seq)
-        return Stored(key[0], key[1], at.parent, rec, at.seq, self.name)
+        return Stored(key[0], key[1], self._decoded(th, log, at).parent, rec, at.seq, self.name)
 
     # ---- reading ----
 
@@ -801,7 +834,8 @@ class EventsLayout:
         log = self._log(th)
         with log.lock:
             self._catch_up(th, log, whole=True)
-            out = [Entry(ns_key(k[0]), k[0], k[1], at.tags, at.seq, self.name)
+            out = [Entry(ns_key(k[0]), k[0], k[1], self._decoded(th, log, at).tags, at.seq,
+                         self.name)
                    for k, at in log.checkpoints.items()
                    if not at.dead and (ns is None or k[0] == ns)]
         out.sort(key=lambda e: e.id, reverse=True)
@@ -820,7 +854,7 @@ class EventsLayout:
         with log.lock:
             if log.known_from is None:
                 hint = self._read_hint(th, ns)
-                self._fold_after(th, log, max(hint - 1, 0) if hint else 0)
+                self._fold_after(th, log, max(hint - 1, 0) if hint else 0, lazy=bool(hint))
             else:
                 self._fold_after(th, log, log.upto)
             while True:
@@ -879,8 +913,9 @@ class EventsLayout:
                 # Its writes may lie anywhere after it: the whole log, once.
                 self._catch_up(th, log, whole=True)
                 at = log.checkpoints.get((ns, checkpoint_id))
-            found = dict(log.writes.get((ns, checkpoint_id), {}))
-            for seq in (at.early if at is not None else ()):
+            found = {seq: self._rows_of(log, v)
+                     for seq, v in log.writes.get((ns, checkpoint_id), {}).items()}
+            for seq in (self._decoded(th, log, at).early if at is not None else ()):
                 if seq not in found and log.known_from and seq <= log.known_from:
                     event = self.world.read_event(log.run_id, seq)
                     found[seq] = self._rows(self._payload_record(log, event.payload))
@@ -908,17 +943,20 @@ class EventsLayout:
             self.coverage.end_synced(upto, ok)
         return event
 
-    def await_durable(self, ticket: tuple[int, bool]) -> None:
+    def await_durable(self, ticket: tuple[int, bool]) -> bool:
         """Return once an unsynced append (`ticket` from `add_writes`) is durable: made so
-        by a later synced append (the next checkpoint), else by syncing the log."""
+        by a later synced append (the next checkpoint), else by syncing the log. False when
+        it waited RIDE_SECONDS for a checkpoint that never came."""
         # RIDE_SECONDS read now: the module's value (tests set it).
-        if not self.coverage.wait(ticket[0], ticket[1], RIDE_SECONDS):
-            upto, ok = self.coverage.begin_synced(), False
-            try:
-                self.world.sync()
-                ok = True
-            finally:
-                self.coverage.end_synced(upto, ok)
+        if self.coverage.wait(ticket[0], ticket[1], RIDE_SECONDS):
+            return True
+        upto, ok = self.coverage.begin_synced(), False
+        try:
+            self.world.sync()
+            ok = True
+        finally:
+            self.coverage.end_synced(upto, ok)
+        return ticket[1]  # a raced ticket returns at once: it did not wait in vain
 
     def start(self, th: Thread) -> None:
         """The log's first event names the thread (`little runs` lists it; idempotent)."""
@@ -1020,7 +1058,8 @@ class EventsLayout:
             out = {}
             for (ns, cid), by_seq in log.writes.items():
                 if (ns, cid) not in log.checkpoints and cid > newest.get(ns, ""):
-                    rows = merge_writes((seq, row) for seq, rows in by_seq.items() for row in rows)
+                    rows = merge_writes((seq, row) for seq, found in by_seq.items()
+                                        for row in self._rows_of(log, found))
                     out[(ns, cid)] = [(*row[:5], self._inlined(row[5])) for row in rows]
             return out
 

@@ -16,7 +16,8 @@ from .waiting import notify_run, requested_reason
 def cancel_run(world: WorldLike, run_id: str, reason: str | None = None) -> None:
     """Cancel a run: a waiting or unstarted run at once, a running one at its next step
     boundary, sleep or wait (async steps in flight are cancelled). Also asks every
-    unfinished sub-run to cancel. A run already cancelled: a no-op."""
+    unfinished sub-run to cancel. A run already cancelled: its sub-runs are asked again
+    (one its executor created late and died in before the sub-run looked at its parent)."""
     validate_run_id(run_id)
     if reason is not None and not isinstance(reason, str):
         raise TypeError("reason is a string or None")
@@ -24,6 +25,7 @@ def cancel_run(world: WorldLike, run_id: str, reason: str | None = None) -> None
     if log.created is None:
         raise RunNotFoundError(run_id, f" in {world.data_dir}")
     if log.status == "cancelled":
+        cancel_sub_runs(world, run_id, log, reason)
         return
     if log.status in TERMINAL_STATUSES:
         raise RunFinishedError(run_id, log.status, "run.cancel_requested")

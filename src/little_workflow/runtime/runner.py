@@ -426,10 +426,12 @@ def _logged_end(world: WorldLike, log: RunLog) -> str:
 
 def replay_run(world: WorldLike, run_id: str, wf: Workflow[Any, Out]) -> RunResult[Out]:
     """Re-execute `wf` against the run's log, calling no step. Raises
-    `ReplayDivergenceError` when the code asks for steps the log does not hold, or in
-    another order, or ends another way than the log says (raises where the run completed
-    or is unfinished, fails with another error type, completes where the run failed) —
-    the way to check a code change against old runs."""
+    `ReplayDivergenceError` by the rules resuming checks (history.py): when the code asks
+    for steps the log does not hold, or the body's steps in another order (concurrent
+    tasks' steps come in any order), or returns without asking for records the log holds,
+    or ends another way than the log says (raises where the run completed or is
+    unfinished, fails with another error type, completes where the run failed) — the way
+    to check a code change against old runs."""
     return run_sync(lambda: areplay_run(world, run_id, wf))
 
 

@@ -277,8 +277,9 @@ COUNTERS_SCHEMA = ("CREATE TABLE IF NOT EXISTS counters ("
 class SqliteEventStore(EventStore):
     """SQLite in WAL mode, `PRIMARY KEY (run_id, sequence)`, durable commits
     (`synchronous=FULL`; `NORMAL` only for a batch of `durable=False` appends, never
-    `OFF`). One connection per World storage writes, under a lock; reads go through a
-    second one (`_reading`), so they never wait for a commit in progress.
+    `OFF`). One connection per World storage writes, under a lock; reads use it while it
+    is free and otherwise a second one (`_reading`), so they never wait for a commit in
+    progress.
 
     Every SQLite or OS failure leaves as `StorageError` naming events.db (read-only data
     dir, disk full, a file that is not a SQLite database)."""
@@ -290,7 +291,8 @@ class SqliteEventStore(EventStore):
         self.description = f"SQLite {db_path}"
         self.read_only = read_only
         self._lock = threading.Lock()
-        # Reads: a connection of their own, opened at the first read (see _reading).
+        # Reads: a connection of their own, opened at the first read that finds the
+        # writing connection busy (see _reading).
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
         self._closed = False
@@ -420,10 +422,10 @@ class SqliteEventStore(EventStore):
         return self._attempts(self._lock, lambda: op(*args, **kwargs))
 
     def _reading(self, select: Callable[[sqlite3.Connection], T]) -> T:
-        """`select(connection)` on the read connection. In WAL mode a reader takes no lock
-        the writer holds, so a read does not queue behind a commit in progress — on one
-        shared connection every log read of a worker's claims and sweeps waited for
-        whichever commit was mid-fsync. Each statement is its own read transaction
+        """`select(connection)` on a connection no commit is using. In WAL mode a reader
+        takes no lock the writer holds, so a read does not queue behind a commit in
+        progress — on one shared connection every log read of a worker's claims and sweeps
+        waited for whichever commit was mid-fsync. Each statement is its own read transaction
         (autocommit): it sees every commit made before it starts, as the writing
         connection would between its transactions, and never a commit not yet made."""
         if self.read_only:
